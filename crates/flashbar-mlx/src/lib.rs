@@ -1,0 +1,15 @@
+//! MLX runtime glue shared by every Flashbar crate that computes.
+//!
+//! - [`device`]: the single place that decides where MLX runs (Metal on macOS,
+//!   CUDA when the linked library has it and a GPU is present, else the CPU),
+//!   with `FLASHBAR_DEVICE` as the override.
+//! - [`smoke`]: small numerical checks of the MLX operations the models rely
+//!   on, run by the test suite and by `flashbar smoke` on any device.
+
+pub mod device;
+pub mod smoke;
+
+/// The MLX version linked, and which build of it ("cpu", "cuda" or "metal").
+pub fn library() -> (&'static str, &'static str) {
+    (mlx_sys::MLX_VERSION, mlx_sys::MLX_LIBRARY)
+}

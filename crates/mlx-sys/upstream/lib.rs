@@ -1,0 +1,1 @@
+//! Never compiled: this package only names the upstream mlx-sys source.
