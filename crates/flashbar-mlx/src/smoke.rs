@@ -193,7 +193,7 @@ fn safetensors_round_trip(path: &Path) -> Result<CheckResult, Exception> {
     let bf16s = f32s.as_dtype(Dtype::Bfloat16)?;
     let f16s = f32s.as_dtype(Dtype::Float16)?;
     let (packed, _, _) = quantize(
-        &Array::from_slice(&seeded_values(31, 64 * 64), &[64, 64]),
+        Array::from_slice(&seeded_values(31, 64 * 64), &[64, 64]),
         64,
         4,
     )?;

@@ -1,7 +1,8 @@
 //! The pinned MLX wheels from PyPI: download with pip, check sha256, unpack.
 //!
-//! Set `FLASHBAR_MLX_WHEEL_DIR` to a folder already holding the wheel files to
-//! build offline; their hashes are checked all the same.
+//! Wheel files are kept in `$XDG_CACHE_HOME/flashbar/wheels` (default
+//! `~/.cache/flashbar/wheels`, which `scripts/setup.sh` fills), or in
+//! `FLASHBAR_MLX_WHEEL_DIR` when set; their hashes are checked every time.
 
 use sha2::{Digest, Sha256};
 use std::env;
@@ -34,6 +35,7 @@ pub const CUDA13: Wheel = Wheel {
 /// Returns the folder holding the unpacked wheel (`mlx/`, its libs folder).
 pub fn unpacked(wheel: &Wheel, store: &Path) -> PathBuf {
     println!("cargo:rerun-if-env-changed=FLASHBAR_MLX_WHEEL_DIR");
+    println!("cargo:rerun-if-env-changed=XDG_CACHE_HOME");
     let root = store.join(wheel.file.trim_end_matches(".whl"));
     let done_marker = root.join(".unpacked");
     if done_marker.is_file() {
@@ -53,12 +55,7 @@ pub fn unpacked(wheel: &Wheel, store: &Path) -> PathBuf {
 }
 
 fn fetch(wheel: &Wheel, store: &Path) -> PathBuf {
-    if let Some(dir) = env::var_os("FLASHBAR_MLX_WHEEL_DIR") {
-        let file = Path::new(&dir).join(wheel.file);
-        verify(&file, wheel);
-        return file;
-    }
-    let download_dir = store.join("downloads");
+    let download_dir = wheel_cache(store);
     let file = download_dir.join(wheel.file);
     if !file.is_file() {
         fs::create_dir_all(&download_dir).expect("create wheel download dir");
@@ -71,6 +68,19 @@ fn fetch(wheel: &Wheel, store: &Path) -> PathBuf {
     }
     verify(&file, wheel);
     file
+}
+
+fn wheel_cache(store: &Path) -> PathBuf {
+    if let Some(dir) = env::var_os("FLASHBAR_MLX_WHEEL_DIR") {
+        return PathBuf::from(dir);
+    }
+    let cache_home = env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|home| Path::new(&home).join(".cache")));
+    match cache_home {
+        Some(cache) => cache.join("flashbar/wheels"),
+        None => store.join("downloads"),
+    }
 }
 
 fn verify(file: &Path, wheel: &Wheel) {

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds `flashbar` against MLX's CUDA wheel (cargo feature `cuda`) and packs
+# it with the wheel's libraries for an NVIDIA machine that has no Rust and no
+# registry: .h200/flashbar-cuda.tar.xz, split into 45 MB parts (one device
+# call carries at most 64 MiB). See scripts/h200-run.md for the device side.
+#
+# The binary's rpath is $ORIGIN/mlx/lib and libmlx's own RPATH names
+# ../../nvidia, so the pack works from any folder once `nvidia` (the CUDA 13
+# nvidia-* wheels, e.g. torch's) is linked beside it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target=target/cuda
+# The nvidia libraries libmlx needs exist only on the GPU machine.
+export RUSTFLAGS="-C link-arg=-Wl,-rpath,\$ORIGIN/mlx/lib:\$ORIGIN/../mlx/lib -C link-arg=-Wl,--allow-shlib-undefined"
+CARGO_TARGET_DIR=$target cargo build --release --features cuda -p flashbar-cli
+profile=$target/release
+
+stage=.h200/stage
+rm -rf .h200 && mkdir -p "$stage"
+cp "$profile/flashbar" "$stage/"
+cp -rL "$profile/mlx" "$stage/mlx"
+rm -rf "$stage/mlx/include" "$stage/mlx/share"
+cp -rL "$profile/mlx_cuda_13.libs" "$stage/"
+strip "$stage/flashbar" "$stage/mlx/lib/libmlx.so"
+tar -C "$stage" -cf - . | xz -T2 -6 > .h200/flashbar-cuda.tar.xz
+rm -rf "$stage"
+(cd .h200 && split -b 45M flashbar-cuda.tar.xz part- && rm flashbar-cuda.tar.xz)
+ls -la .h200
