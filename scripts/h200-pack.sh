@@ -2,7 +2,7 @@
 # Builds `flashbar` against MLX's CUDA wheel (cargo feature `cuda`) and packs
 # it with the wheel's libraries for an NVIDIA machine that has no Rust and no
 # registry: .h200/flashbar-cuda.tar.xz, split into 45 MB parts (one device
-# call carries at most 64 MiB). See scripts/h200-run.md for the device side.
+# call carries at most 64 MiB). scripts/h200-remote.sh is the device side.
 #
 # The binary's rpath is $ORIGIN/mlx/lib and libmlx's own RPATH names
 # ../../nvidia, so the pack works from any folder once `nvidia` (the CUDA 13
@@ -19,7 +19,8 @@ stage=.h200/stage
 rm -rf .h200 && mkdir -p "$stage"
 cp "$profile/flashbar" "$stage/"
 cp -rL "$profile/mlx" "$stage/mlx"
-rm -rf "$stage/mlx/include" "$stage/mlx/share"
+# mlx/include stays: the CUDA backend JIT-compiles kernels against those headers.
+rm -rf "$stage/mlx/share"
 cp -rL "$profile/mlx_cuda_13.libs" "$stage/"
 strip "$stage/flashbar" "$stage/mlx/lib/libmlx.so"
 tar -C "$stage" -cf - . | xz -T2 -6 > .h200/flashbar-cuda.tar.xz

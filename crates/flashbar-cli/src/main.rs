@@ -25,6 +25,17 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A bug must still end as one line for the user, not a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("unknown panic");
+        let first_line = message.lines().next().unwrap_or_default();
+        eprintln!("flashbar: internal error: {first_line}");
+    }));
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Smoke(args) => smoke::run(args),

@@ -108,11 +108,12 @@ fn compare(cpu: &[CheckResult], gpu: &[CheckResult]) -> Vec<CrossDevice> {
         .map(|(c, g)| {
             let difference =
                 smoke::relative_difference(&c.output, &g.output).unwrap_or(f64::INFINITY);
+            let tolerance = c.cross_device_tolerance.max(g.cross_device_tolerance);
             CrossDevice {
                 name: c.name,
                 relative_difference: difference,
-                tolerance: c.cross_device_tolerance,
-                passed: difference <= c.cross_device_tolerance,
+                tolerance,
+                passed: difference <= tolerance,
             }
         })
         .collect()
