@@ -4,14 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The app shell embeds ui/dist at compile time, so the UI builds first.
+echo "== ui"
+npm run --silent ui:check
+npm run --silent ui:build >/dev/null
+
 echo "== cargo test"
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 
 echo "== python (reference venv)"
 .venv/bin/python -m pytest -q tests/python
-
-echo "== ui"
-npm run --silent ui:check
-npm run --silent ui:build >/dev/null
 echo "all tests passed"

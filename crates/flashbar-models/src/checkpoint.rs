@@ -1,0 +1,219 @@
+//! The safetensors files of a checkpoint: headers read and checked before any
+//! tensor is allocated, names normalized across HF and MLX layouts.
+//!
+//! Weights live in `model.safetensors`, or in the shards a
+//! `model.safetensors.index.json` names. Tensors of other heads (`mtp.*`) and
+//! of vision towers are ignored, as mlx-lm ignores them.
+
+use crate::error::{ModelError, Result};
+use mlx_rs::Array;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// What a safetensors header says about one tensor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// The name as stored in the file.
+    pub stored_name: String,
+    pub dtype: String,
+    pub shape: Vec<usize>,
+    pub file: PathBuf,
+}
+
+/// All tensors of a checkpoint, by normalized name.
+#[derive(Debug)]
+pub struct Checkpoint {
+    pub tensors: BTreeMap<String, TensorInfo>,
+}
+
+/// Largest header we accept; real ones are a few MB at most.
+const MAX_HEADER_BYTES: u64 = 100 << 20;
+
+impl Checkpoint {
+    pub fn open(dir: &Path) -> Result<Self> {
+        let mut tensors = BTreeMap::new();
+        for file in weight_files(dir)? {
+            for (stored_name, info) in read_header(&file)? {
+                if is_ignored(&stored_name) {
+                    continue;
+                }
+                let name = normalize_name(&stored_name);
+                if tensors.insert(name.clone(), info).is_some() {
+                    return Err(ModelError::UnexpectedTensor(format!("{name} (stored twice)")));
+                }
+            }
+        }
+        Ok(Checkpoint { tensors })
+    }
+
+    /// Loads every tensor (lazily: MLX reads the bytes when they are used).
+    pub fn load(&self) -> Result<HashMap<String, Array>> {
+        let files: BTreeSet<&PathBuf> = self.tensors.values().map(|t| &t.file).collect();
+        let mut by_stored_name = HashMap::new();
+        for file in files {
+            by_stored_name.extend(Array::load_safetensors(file)?);
+        }
+        let mut out = HashMap::with_capacity(self.tensors.len());
+        for (name, info) in &self.tensors {
+            let array = by_stored_name
+                .remove(&info.stored_name)
+                .ok_or_else(|| ModelError::MissingTensor(info.stored_name.clone()))?;
+            out.insert(name.clone(), array);
+        }
+        Ok(out)
+    }
+}
+
+/// HF (`model.language_model.*`) and MLX (`language_model.model.*`) names
+/// become `model.*` and `lm_head.*`.
+pub fn normalize_name(name: &str) -> String {
+    if let Some(rest) = name.strip_prefix("model.language_model.") {
+        format!("model.{rest}")
+    } else if let Some(rest) = name.strip_prefix("language_model.") {
+        rest.to_owned()
+    } else {
+        name.to_owned()
+    }
+}
+
+fn is_ignored(name: &str) -> bool {
+    name.starts_with("mtp.")
+        || name.starts_with("model.mtp.")
+        || name.starts_with("model.visual.")
+        || name.starts_with("vision_tower.")
+}
+
+fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.is_file() {
+        let text = std::fs::read_to_string(&index).map_err(|source| ModelError::Io {
+            path: index.clone(),
+            source,
+        })?;
+        let invalid = |reason: String| ModelError::Config {
+            path: index.clone(),
+            reason,
+        };
+        let value: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let map = value
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| invalid("no `weight_map` object".into()))?;
+        let mut files = BTreeSet::new();
+        for file in map.values() {
+            let file = file
+                .as_str()
+                .ok_or_else(|| invalid("weight_map values must be file names".into()))?;
+            if file.contains('/') || file.contains("..") {
+                return Err(invalid(format!("shard name {file:?} leaves the model folder")));
+            }
+            files.insert(dir.join(file));
+        }
+        return Ok(files.into_iter().collect());
+    }
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        Ok(vec![single])
+    } else {
+        Err(ModelError::NoWeights {
+            dir: dir.to_owned(),
+        })
+    }
+}
+
+/// Reads and checks one file's header: every tensor's bytes must lie inside
+/// the file and match its dtype and shape, so a truncated download is caught
+/// here instead of inside MLX.
+pub fn read_header(path: &Path) -> Result<BTreeMap<String, TensorInfo>> {
+    let bad = |reason: String| ModelError::Safetensors {
+        path: path.to_owned(),
+        reason,
+    };
+    let mut file = File::open(path).map_err(|source| ModelError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let file_len = file
+        .metadata()
+        .map_err(|source| ModelError::Io {
+            path: path.to_owned(),
+            source,
+        })?
+        .len();
+    let mut len_bytes = [0u8; 8];
+    file.read_exact(&mut len_bytes)
+        .map_err(|_| bad("shorter than its 8-byte header length".into()))?;
+    let header_len = u64::from_le_bytes(len_bytes);
+    if header_len > MAX_HEADER_BYTES || header_len > file_len.saturating_sub(8) {
+        return Err(bad(format!("header length {header_len} exceeds the file")));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    file.read_exact(&mut header)
+        .map_err(|e| bad(format!("cannot read header: {e}")))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&header).map_err(|e| bad(format!("header is not JSON: {e}")))?;
+    let entries = value
+        .as_object()
+        .ok_or_else(|| bad("header is not a JSON object".into()))?;
+    let data_len = file_len - 8 - header_len;
+
+    let mut tensors = BTreeMap::new();
+    for (name, entry) in entries {
+        if name == "__metadata__" {
+            continue;
+        }
+        let dtype = entry["dtype"]
+            .as_str()
+            .ok_or_else(|| bad(format!("{name}: no dtype")))?
+            .to_owned();
+        let shape = entry["shape"]
+            .as_array()
+            .ok_or_else(|| bad(format!("{name}: no shape")))?
+            .iter()
+            .map(|d| d.as_u64().map(|d| d as usize))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad(format!("{name}: shape is not a list of sizes")))?;
+        let offsets = entry["data_offsets"]
+            .as_array()
+            .and_then(|o| Some((o.first()?.as_u64()?, o.get(1)?.as_u64()?)))
+            .ok_or_else(|| bad(format!("{name}: no data_offsets")))?;
+        let element_bytes =
+            dtype_bytes(&dtype).ok_or_else(|| bad(format!("{name}: unknown dtype {dtype}")))?;
+        let expected = shape
+            .iter()
+            .try_fold(element_bytes as u64, |acc, &d| acc.checked_mul(d as u64))
+            .ok_or_else(|| bad(format!("{name}: shape overflows")))?;
+        let (start, end) = offsets;
+        if end < start || end - start != expected {
+            return Err(bad(format!("{name}: {} bytes for shape {shape:?}", end.wrapping_sub(start))));
+        }
+        if end > data_len {
+            return Err(bad(format!(
+                "{name} ends at byte {end} but the file holds {data_len} (truncated?)"
+            )));
+        }
+        tensors.insert(
+            name.clone(),
+            TensorInfo {
+                stored_name: name.clone(),
+                dtype,
+                shape,
+                file: path.to_owned(),
+            },
+        );
+    }
+    Ok(tensors)
+}
+
+fn dtype_bytes(dtype: &str) -> Option<usize> {
+    Some(match dtype {
+        "BOOL" | "U8" | "I8" | "F8_E4M3" | "F8_E5M2" => 1,
+        "U16" | "I16" | "F16" | "BF16" => 2,
+        "U32" | "I32" | "F32" => 4,
+        "U64" | "I64" | "F64" => 8,
+        _ => return None,
+    })
+}

@@ -1,0 +1,290 @@
+//! `config.json` of a Qwen3.5 / Qwen3.6 hybrid checkpoint, HF or MLX format.
+//!
+//! Multimodal checkpoints nest the language model under `text_config`; MLX
+//! quantized ones add `quantization` (defaults plus per-module overrides).
+
+use crate::error::{ModelError, Result};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Which of the two hybrid architectures a checkpoint holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Architecture {
+    Dense,
+    Moe,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct TextConfig {
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub vocab_size: usize,
+    pub linear_num_value_heads: usize,
+    pub linear_num_key_heads: usize,
+    pub linear_key_head_dim: usize,
+    pub linear_value_head_dim: usize,
+    #[serde(default)]
+    pub intermediate_size: usize,
+    #[serde(default = "default_eps")]
+    pub rms_norm_eps: f32,
+    #[serde(default = "default_conv_kernel")]
+    pub linear_conv_kernel_dim: usize,
+    #[serde(default = "default_interval")]
+    pub full_attention_interval: usize,
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    #[serde(default)]
+    pub attention_bias: bool,
+    pub head_dim: Option<usize>,
+    #[serde(default = "default_max_positions")]
+    pub max_position_embeddings: usize,
+    #[serde(default)]
+    pub rope_parameters: Option<RopeParameters>,
+    #[serde(default)]
+    pub num_experts: usize,
+    #[serde(default)]
+    pub num_experts_per_tok: usize,
+    #[serde(default)]
+    pub moe_intermediate_size: usize,
+    #[serde(default)]
+    pub shared_expert_intermediate_size: usize,
+    #[serde(default = "default_true")]
+    pub norm_topk_prob: bool,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct RopeParameters {
+    #[serde(default, alias = "type")]
+    pub rope_type: Option<String>,
+    pub rope_theta: Option<f32>,
+    pub partial_rotary_factor: Option<f32>,
+    pub factor: Option<f32>,
+}
+
+/// Affine quantization of one module: `group_size` weights share a scale and bias.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub struct QuantParams {
+    pub group_size: usize,
+    pub bits: usize,
+}
+
+/// MLX `quantization`: defaults, and per-module overrides (or `false`).
+#[derive(Clone, Debug, Default)]
+pub struct Quantization {
+    pub default: Option<QuantParams>,
+    pub overrides: BTreeMap<String, Option<QuantParams>>,
+}
+
+impl Quantization {
+    /// The quantization of the module at `path` (a normalized module path).
+    pub fn for_module(&self, path: &str) -> Option<QuantParams> {
+        match self.overrides.get(path) {
+            Some(params) => *params,
+            None => self.default,
+        }
+    }
+}
+
+/// The rotary embedding as mlx-lm builds it: partial, non-traditional.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rope {
+    pub dims: usize,
+    pub theta: f32,
+    /// Position scale (1/factor for "linear" scaling, else 1).
+    pub scale: f32,
+}
+
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    pub architecture: Architecture,
+    pub text: TextConfig,
+    pub quantization: Quantization,
+    pub rope: Rope,
+}
+
+impl TextConfig {
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads)
+    }
+
+    /// Layer `i` is full attention every `full_attention_interval` layers.
+    pub fn is_linear_layer(&self, layer: usize) -> bool {
+        (layer + 1) % self.full_attention_interval != 0
+    }
+
+    pub fn key_dim(&self) -> usize {
+        self.linear_num_key_heads * self.linear_key_head_dim
+    }
+
+    pub fn value_dim(&self) -> usize {
+        self.linear_num_value_heads * self.linear_value_head_dim
+    }
+
+    /// Channels of the GDN short convolution: q, k and v side by side.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+}
+
+impl ModelConfig {
+    pub fn load(dir: &Path) -> Result<Self> {
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|reason| match reason {
+            ParseError::ModelType(t) => ModelError::UnknownModelType(t),
+            ParseError::Invalid(reason) => ModelError::Config { path, reason },
+        })
+    }
+
+    pub fn parse(json: &str) -> Result<Self, ParseError> {
+        let root: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| ParseError::Invalid(e.to_string()))?;
+        let model_type = root
+            .get("model_type")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| ParseError::Invalid("missing field `model_type`".into()))?;
+        let architecture = match model_type {
+            "qwen3_5" | "qwen3_5_text" => Architecture::Dense,
+            "qwen3_5_moe" | "qwen3_5_moe_text" => Architecture::Moe,
+            other => return Err(ParseError::ModelType(other.to_owned())),
+        };
+        let text_value = root.get("text_config").unwrap_or(&root).clone();
+        let text: TextConfig =
+            serde_json::from_value(text_value).map_err(|e| ParseError::Invalid(e.to_string()))?;
+        text.check(architecture).map_err(ParseError::Invalid)?;
+        let quantization = parse_quantization(&root).map_err(ParseError::Invalid)?;
+        let rope = rope_of(&text).map_err(ParseError::Invalid)?;
+        Ok(ModelConfig {
+            architecture,
+            text,
+            quantization,
+            rope,
+        })
+    }
+}
+
+#[derive(Debug)]
+pub enum ParseError {
+    ModelType(String),
+    Invalid(String),
+}
+
+impl TextConfig {
+    fn check(&self, architecture: Architecture) -> Result<(), String> {
+        let positive = [
+            ("hidden_size", self.hidden_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("vocab_size", self.vocab_size),
+            ("linear_num_key_heads", self.linear_num_key_heads),
+            ("linear_num_value_heads", self.linear_num_value_heads),
+            ("full_attention_interval", self.full_attention_interval),
+            ("linear_conv_kernel_dim", self.linear_conv_kernel_dim),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("`{name}` must be positive"));
+        }
+        if self.linear_num_value_heads % self.linear_num_key_heads != 0 {
+            return Err("linear_num_value_heads must be a multiple of linear_num_key_heads".into());
+        }
+        if self.num_attention_heads % self.num_key_value_heads != 0 {
+            return Err("num_attention_heads must be a multiple of num_key_value_heads".into());
+        }
+        match architecture {
+            Architecture::Dense if self.intermediate_size == 0 => {
+                Err("missing field `intermediate_size`".into())
+            }
+            Architecture::Moe
+                if self.num_experts == 0
+                    || self.num_experts_per_tok == 0
+                    || self.num_experts_per_tok > self.num_experts
+                    || self.moe_intermediate_size == 0 =>
+            {
+                Err("an MoE config needs num_experts >= num_experts_per_tok > 0 and moe_intermediate_size".into())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn rope_of(text: &TextConfig) -> Result<Rope, String> {
+    let params = text.rope_parameters.clone().unwrap_or(RopeParameters {
+        rope_type: None,
+        rope_theta: None,
+        partial_rotary_factor: None,
+        factor: None,
+    });
+    let factor = params.partial_rotary_factor.unwrap_or(0.25);
+    let dims = (text.head_dim() as f32 * factor) as usize;
+    let scale = match params.rope_type.as_deref().unwrap_or("default") {
+        "default" => 1.0,
+        "linear" => 1.0 / params.factor.ok_or("linear rope scaling needs `factor`")?,
+        other => return Err(format!("unsupported rope type {other:?} (default, linear)")),
+    };
+    Ok(Rope {
+        dims,
+        theta: params.rope_theta.unwrap_or(100_000.0),
+        scale,
+    })
+}
+
+fn parse_quantization(root: &serde_json::Value) -> Result<Quantization, String> {
+    let Some(value) = root.get("quantization").or_else(|| root.get("quantization_config")) else {
+        return Ok(Quantization::default());
+    };
+    let object = value.as_object().ok_or("`quantization` must be an object")?;
+    let default = match (object.get("group_size"), object.get("bits")) {
+        (Some(g), Some(b)) => Some(QuantParams {
+            group_size: g.as_u64().ok_or("quantization.group_size must be a number")? as usize,
+            bits: b.as_u64().ok_or("quantization.bits must be a number")? as usize,
+        }),
+        _ => None,
+    };
+    if let Some(mode) = object.get("mode").and_then(|m| m.as_str()) {
+        if mode != "affine" {
+            return Err(format!("unsupported quantization mode {mode:?} (affine)"));
+        }
+    }
+    let mut overrides = BTreeMap::new();
+    for (key, entry) in object {
+        let params = match entry {
+            serde_json::Value::Bool(false) => None,
+            serde_json::Value::Object(_) => Some(
+                serde_json::from_value::<QuantParams>(entry.clone())
+                    .map_err(|e| format!("quantization[{key:?}]: {e}"))?,
+            ),
+            _ => continue,
+        };
+        overrides.insert(crate::checkpoint::normalize_name(key), params);
+    }
+    for params in default.iter().chain(overrides.values().flatten()) {
+        if ![2, 3, 4, 5, 6, 8].contains(&params.bits) || params.group_size == 0 {
+            return Err(format!("unsupported quantization {params:?}"));
+        }
+    }
+    Ok(Quantization { default, overrides })
+}
+
+fn default_eps() -> f32 {
+    1e-6
+}
+fn default_conv_kernel() -> usize {
+    4
+}
+fn default_interval() -> usize {
+    4
+}
+fn default_max_positions() -> usize {
+    131_072
+}
+fn default_true() -> bool {
+    true
+}

@@ -1,0 +1,18 @@
+//! Qwen3.5 dense and Qwen3.5/3.6 MoE hybrid targets on mlx-rs.
+//!
+//! - [`config`]: `config.json` (HF or MLX, with quantization overrides);
+//! - [`checkpoint`]: safetensors headers, checked before loading, and names;
+//! - [`spec`]: the tensors a config requires, with shapes and dtypes;
+//! - [`nn`]: layers (Gated DeltaNet, gated attention, MLP, MoE, linear maps);
+//! - [`qwen3_5`], [`qwen3_5_moe`]: the architectures, with their caches.
+
+pub mod checkpoint;
+pub mod config;
+pub mod error;
+pub mod nn;
+pub mod qwen3_5;
+pub mod qwen3_5_moe;
+pub mod spec;
+
+pub use error::{ModelError, Result};
+pub use qwen3_5::{LayerCache, Model};

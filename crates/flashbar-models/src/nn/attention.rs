@@ -1,0 +1,108 @@
+//! Gated full attention: q/k RMS norms, partial RoPE, grouped KV heads, and
+//! an output gate (`q_proj` yields queries and gate side by side per head).
+
+use crate::config::{Rope, TextConfig};
+use crate::error::Result;
+use crate::nn::linear::{Linear, Weights};
+use mlx_rs::fast::{rms_norm, rope, scaled_dot_product_attention, ScaledDotProductAttentionMask};
+use mlx_rs::ops::{concatenate, sigmoid, split_equal};
+use mlx_rs::Array;
+
+/// Keys and values of the tokens seen so far: `[B, kv_heads, T, head_dim]`.
+#[derive(Clone, Default)]
+pub struct KvCache {
+    pub keys: Option<Array>,
+    pub values: Option<Array>,
+}
+
+impl KvCache {
+    /// Tokens cached so far (the RoPE offset of the next one).
+    pub fn len(&self) -> i32 {
+        self.keys.as_ref().map_or(0, |k| k.shape()[2])
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn append(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
+        let (keys, values) = match (&self.keys, &self.values) {
+            (Some(k), Some(v)) => (concatenate(&[k, &keys], 2)?, concatenate(&[v, &values], 2)?),
+            _ => (keys, values),
+        };
+        self.keys = Some(keys.clone());
+        self.values = Some(values.clone());
+        Ok((keys, values))
+    }
+}
+
+pub struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Array,
+    k_norm: Array,
+    num_heads: i32,
+    num_kv_heads: i32,
+    head_dim: i32,
+    eps: f32,
+    rope: Rope,
+}
+
+impl Attention {
+    pub fn load(weights: &mut Weights, path: &str, config: &TextConfig, rope: Rope) -> Result<Self> {
+        Ok(Attention {
+            q_proj: Linear::load(weights, &format!("{path}.q_proj"))?,
+            k_proj: Linear::load(weights, &format!("{path}.k_proj"))?,
+            v_proj: Linear::load(weights, &format!("{path}.v_proj"))?,
+            o_proj: Linear::load(weights, &format!("{path}.o_proj"))?,
+            q_norm: weights.take(&format!("{path}.q_norm.weight"))?,
+            k_norm: weights.take(&format!("{path}.k_norm.weight"))?,
+            num_heads: config.num_attention_heads as i32,
+            num_kv_heads: config.num_key_value_heads as i32,
+            head_dim: config.head_dim() as i32,
+            eps: config.rms_norm_eps,
+            rope,
+        })
+    }
+
+    /// `x`: `[B, L, hidden]`; appends L positions to `cache`.
+    pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
+        let (b, l) = (x.shape()[0], x.shape()[1]);
+        let both = self.q_proj.forward(x)?.reshape(&[b, l, self.num_heads, -1])?;
+        let halves = split_equal(&both, 2, -1)?;
+        let gate = halves[1].reshape(&[b, l, -1])?;
+        let queries = rms_norm(&halves[0], Some(&self.q_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
+        let keys = self.k_proj.forward(x)?.reshape(&[b, l, self.num_kv_heads, -1])?;
+        let keys = rms_norm(&keys, Some(&self.k_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
+        let values = self
+            .v_proj
+            .forward(x)?
+            .reshape(&[b, l, self.num_kv_heads, -1])?
+            .transpose_axes(&[0, 2, 1, 3])?;
+
+        let offset = cache.len();
+        let queries = self.rotate(&queries, offset)?;
+        let keys = self.rotate(&keys, offset)?;
+        let (keys, values) = cache.append(keys, values)?;
+
+        let scale = (self.head_dim as f32).powf(-0.5);
+        let mask = (l > 1).then_some(ScaledDotProductAttentionMask::Causal);
+        let out = scaled_dot_product_attention(&queries, &keys, &values, scale, mask, None)?;
+        let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
+        self.o_proj.forward(&out.multiply(sigmoid(&gate)?)?)
+    }
+
+    fn rotate(&self, x: &Array, offset: i32) -> Result<Array> {
+        Ok(rope(
+            x,
+            self.rope.dims as i32,
+            false,
+            self.rope.theta,
+            self.rope.scale,
+            offset,
+            None,
+        )?)
+    }
+}

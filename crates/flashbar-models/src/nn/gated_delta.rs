@@ -1,0 +1,163 @@
+//! Gated DeltaNet: the linear-attention layer of the hybrid models.
+//!
+//! Projections -> short causal depthwise conv (K taps, state of K-1 rows) ->
+//! per-head L2-normalized q/k -> the gated delta recurrence over a f32 state
+//! `S [B, Hv, Dv, Dk]` -> gated RMSNorm -> output projection.
+//! The recurrence, per step t (REFERENCE.md):
+//!   S <- g_t S;  delta_t = beta_t (v_t - S k_t);  S <- S + delta_t k_t^T;  y_t = S q_t
+
+use crate::config::TextConfig;
+use crate::error::Result;
+use crate::nn::linear::{Linear, Weights};
+use mlx_rs::fast::rms_norm;
+use mlx_rs::nn::{silu, softplus};
+use mlx_rs::ops::{concatenate, conv1d, repeat_axis, sigmoid, split_at_indices, stack, zeros_dtype};
+use mlx_rs::{Array, Dtype};
+
+/// A GDN layer's cache: the last K-1 conv inputs and the recurrent state.
+#[derive(Clone, Default)]
+pub struct GdnState {
+    pub conv: Option<Array>,
+    pub ssm: Option<Array>,
+}
+
+pub struct GatedDeltaNet {
+    in_proj_qkv: Linear,
+    in_proj_z: Linear,
+    in_proj_b: Linear,
+    in_proj_a: Linear,
+    /// `[conv_dim, K, 1]`, MLX's depthwise layout.
+    conv_weight: Array,
+    dt_bias: Array,
+    a_log: Array,
+    norm_weight: Array,
+    out_proj: Linear,
+    num_k_heads: i32,
+    num_v_heads: i32,
+    head_k_dim: i32,
+    head_v_dim: i32,
+    conv_kernel: i32,
+    eps: f32,
+}
+
+impl GatedDeltaNet {
+    pub fn load(weights: &mut Weights, path: &str, config: &TextConfig) -> Result<Self> {
+        Ok(GatedDeltaNet {
+            in_proj_qkv: Linear::load(weights, &format!("{path}.in_proj_qkv"))?,
+            in_proj_z: Linear::load(weights, &format!("{path}.in_proj_z"))?,
+            in_proj_b: Linear::load(weights, &format!("{path}.in_proj_b"))?,
+            in_proj_a: Linear::load(weights, &format!("{path}.in_proj_a"))?,
+            conv_weight: weights.take(&format!("{path}.conv1d.weight"))?,
+            dt_bias: weights.take(&format!("{path}.dt_bias"))?,
+            a_log: weights.take(&format!("{path}.A_log"))?,
+            norm_weight: weights.take(&format!("{path}.norm.weight"))?,
+            out_proj: Linear::load(weights, &format!("{path}.out_proj"))?,
+            num_k_heads: config.linear_num_key_heads as i32,
+            num_v_heads: config.linear_num_value_heads as i32,
+            head_k_dim: config.linear_key_head_dim as i32,
+            head_v_dim: config.linear_value_head_dim as i32,
+            conv_kernel: config.linear_conv_kernel_dim as i32,
+            eps: config.rms_norm_eps,
+        })
+    }
+
+    /// `x`: `[B, S, hidden]`; advances `state` by S tokens.
+    pub fn forward(&self, x: &Array, state: &mut GdnState) -> Result<Array> {
+        let (b, s) = (x.shape()[0], x.shape()[1]);
+        let (hk, hv, dk, dv) = (self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim);
+        let key_dim = hk * dk;
+        let conv_dim = 2 * key_dim + hv * dv;
+
+        let qkv = self.in_proj_qkv.forward(x)?;
+        let z = self.in_proj_z.forward(x)?.reshape(&[b, s, hv, dv])?;
+        let beta = sigmoid(self.in_proj_b.forward(x)?)?;
+        let a = self.in_proj_a.forward(x)?;
+
+        let conv_state = match &state.conv {
+            Some(c) => c.clone(),
+            None => zeros_dtype(&[b, self.conv_kernel - 1, conv_dim], x.dtype())?,
+        };
+        let conv_input = concatenate(&[conv_state, qkv], 1)?;
+        let total = conv_input.shape()[1];
+        state.conv = Some(
+            conv_input
+                .index((.., (total - (self.conv_kernel - 1)).., ..))
+                .contiguous()?,
+        );
+        let conv_out = silu(conv1d(&conv_input, &self.conv_weight, 1, 0, 1, conv_dim)?)?;
+        let parts = split_at_indices(&conv_out, &[key_dim, 2 * key_dim], -1)?;
+        let q = parts[0].reshape(&[b, s, hk, dk])?;
+        let k = parts[1].reshape(&[b, s, hk, dk])?;
+        let v = parts[2].reshape(&[b, s, hv, dv])?;
+        let (q, k) = normalize_qk(&q, &k, dk)?;
+
+        // g = exp(-exp(A_log) * softplus(a + dt_bias)), in f32.
+        let decay = self.a_log.as_dtype(Dtype::Float32)?.exp()?;
+        let g = decay
+            .multiply(softplus(a.add(&self.dt_bias)?)?)?
+            .negative()?
+            .exp()?;
+        let ssm = match &state.ssm {
+            Some(s) => s.clone(),
+            None => zeros_dtype(&[b, hv, dv, dk], Dtype::Float32)?,
+        };
+        let (y, ssm) = recurrence(&q, &k, &v, &g, &beta, ssm)?;
+        state.ssm = Some(ssm);
+
+        let normed = rms_norm(&y, Some(&self.norm_weight), self.eps)?;
+        let gated = silu(z.as_dtype(Dtype::Float32)?)?
+            .multiply(normed.as_dtype(Dtype::Float32)?)?
+            .as_dtype(y.dtype())?;
+        self.out_proj.forward(&gated.reshape(&[b, s, -1])?)
+    }
+}
+
+/// L2-normalize q and k per head (eps 1e-6 on the sum of squares, as the HF
+/// reference does) and fold the Dk^-1/2 readout scale into q.
+pub fn normalize_qk(q: &Array, k: &Array, head_k_dim: i32) -> Result<(Array, Array)> {
+    let inv_scale = (head_k_dim as f32).powf(-0.5);
+    let eps = 1e-6 * inv_scale * inv_scale;
+    // Scalars in the inputs' dtype, as Python scalars are in mlx-lm (no promotion).
+    let scalar = |value: f32| Array::from_f32(value).as_dtype(q.dtype());
+    let q = rms_norm(q, None, eps)?.multiply(scalar(inv_scale * inv_scale)?)?;
+    let k = rms_norm(k, None, eps)?.multiply(scalar(inv_scale)?)?;
+    Ok((q, k))
+}
+
+/// The gated delta recurrence, one token at a time with MLX ops.
+/// q, k: `[B, T, Hk, Dk]`; v: `[B, T, Hv, Dv]`; g, beta: `[B, T, Hv]`;
+/// state: `[B, Hv, Dv, Dk]` f32. Returns y `[B, T, Hv, Dv]` and the new state.
+pub fn recurrence(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    g: &Array,
+    beta: &Array,
+    mut state: Array,
+) -> Result<(Array, Array)> {
+    let repeat = v.shape()[2] / q.shape()[2];
+    let (q, k) = if repeat > 1 {
+        (repeat_axis::<f32>(q.clone(), repeat, 2)?, repeat_axis::<f32>(k.clone(), repeat, 2)?)
+    } else {
+        (q.clone(), k.clone())
+    };
+    let steps = q.shape()[1];
+    let mut ys = Vec::with_capacity(steps as usize);
+    for t in 0..steps {
+        let q_t = q.index((.., t)); // [B, H, Dk]
+        let k_t = k.index((.., t)).expand_dims(-2)?; // [B, H, 1, Dk]
+        let v_t = v.index((.., t)); // [B, H, Dv]
+        let g_t = g.index((.., t)).expand_dims_axes(&[-1, -2])?; // [B, H, 1, 1]
+        let beta_t = beta.index((.., t)).expand_dims(-1)?; // [B, H, 1]
+
+        state = state.multiply(&g_t)?;
+        let kv = state.multiply(&k_t)?.sum_axis(-1, false)?; // [B, H, Dv]
+        let delta = v_t.subtract(&kv)?.multiply(&beta_t)?;
+        state = state.add(k_t.multiply(delta.expand_dims(-1)?)?)?;
+        let y = state.multiply(q_t.expand_dims(-2)?)?.sum_axis(-1, false)?;
+        ys.push(y);
+    }
+    Ok((stack(&ys, 1)?, state))
+}
+
+use mlx_rs::ops::indexing::IndexOp;

@@ -1,0 +1,195 @@
+//! Linear maps whose weights are plain floats or MLX affine-quantized
+//! (`weight` packed in u32 + `scales` + `biases`), chosen per module by what
+//! the checkpoint holds.
+
+use crate::config::{QuantParams, Quantization};
+use crate::error::{ModelError, Result};
+use mlx_rs::ops::{dequantize, gather_mm, gather_qmm, matmul, quantized_matmul};
+use mlx_rs::Array;
+use std::collections::HashMap;
+
+/// The loaded tensors, handed out once each by name.
+pub struct Weights {
+    arrays: HashMap<String, Array>,
+    quantization: Quantization,
+}
+
+impl Weights {
+    pub fn new(arrays: HashMap<String, Array>, quantization: Quantization) -> Self {
+        Weights {
+            arrays,
+            quantization,
+        }
+    }
+
+    pub fn take(&mut self, name: &str) -> Result<Array> {
+        self.arrays
+            .remove(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_owned()))
+    }
+
+    fn take_optional(&mut self, name: &str) -> Option<Array> {
+        self.arrays.remove(name)
+    }
+
+    /// Quantization of module `path`, if the checkpoint stores it quantized.
+    fn quant(&self, path: &str) -> Result<Option<QuantParams>> {
+        if !self.arrays.contains_key(&format!("{path}.scales")) {
+            return Ok(None);
+        }
+        self.quantization.for_module(path).map(Some).ok_or_else(|| {
+            ModelError::UnexpectedTensor(format!("{path}.scales (the config does not quantize it)"))
+        })
+    }
+
+    /// Names not taken by any module: a checkpoint that does not fit.
+    pub fn leftover(&self) -> Option<&String> {
+        self.arrays.keys().min()
+    }
+}
+
+/// Packed affine-quantized weights.
+pub struct Packed {
+    pub weight: Array,
+    pub scales: Array,
+    pub biases: Array,
+    pub group_size: i32,
+    pub bits: i32,
+}
+
+impl Packed {
+    fn take(weights: &mut Weights, path: &str, params: QuantParams) -> Result<Self> {
+        Ok(Packed {
+            weight: weights.take(&format!("{path}.weight"))?,
+            scales: weights.take(&format!("{path}.scales"))?,
+            biases: weights.take(&format!("{path}.biases"))?,
+            group_size: params.group_size as i32,
+            bits: params.bits as i32,
+        })
+    }
+}
+
+pub enum LinearWeight {
+    Dense(Array),
+    Quantized(Packed),
+}
+
+/// `y = x W^T (+ b)`.
+pub struct Linear {
+    weight: LinearWeight,
+    bias: Option<Array>,
+}
+
+impl Linear {
+    pub fn load(weights: &mut Weights, path: &str) -> Result<Self> {
+        let weight = match weights.quant(path)? {
+            Some(params) => LinearWeight::Quantized(Packed::take(weights, path, params)?),
+            None => LinearWeight::Dense(weights.take(&format!("{path}.weight"))?),
+        };
+        let bias = weights.take_optional(&format!("{path}.bias"));
+        Ok(Linear { weight, bias })
+    }
+
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        let y = match &self.weight {
+            LinearWeight::Dense(w) => matmul(x, w.t())?,
+            LinearWeight::Quantized(q) => quantized_matmul(
+                x,
+                &q.weight,
+                &q.scales,
+                &q.biases,
+                true,
+                q.group_size,
+                q.bits,
+            )?,
+        };
+        Ok(match &self.bias {
+            Some(b) => y.add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// Token embedding; also the output head when the model ties them.
+pub struct Embedding {
+    weight: LinearWeight,
+}
+
+impl Embedding {
+    pub fn load(weights: &mut Weights, path: &str) -> Result<Self> {
+        let weight = match weights.quant(path)? {
+            Some(params) => LinearWeight::Quantized(Packed::take(weights, path, params)?),
+            None => LinearWeight::Dense(weights.take(&format!("{path}.weight"))?),
+        };
+        Ok(Embedding { weight })
+    }
+
+    pub fn lookup(&self, ids: &Array) -> Result<Array> {
+        Ok(match &self.weight {
+            LinearWeight::Dense(w) => w.take_axis(ids, 0)?,
+            LinearWeight::Quantized(q) => dequantize(
+                q.weight.take_axis(ids, 0)?,
+                q.scales.take_axis(ids, 0)?,
+                &q.biases.take_axis(ids, 0)?,
+                q.group_size,
+                q.bits,
+            )?,
+        })
+    }
+
+    pub fn as_linear(&self, x: &Array) -> Result<Array> {
+        Ok(match &self.weight {
+            LinearWeight::Dense(w) => matmul(x, w.t())?,
+            LinearWeight::Quantized(q) => quantized_matmul(
+                x,
+                &q.weight,
+                &q.scales,
+                &q.biases,
+                true,
+                q.group_size,
+                q.bits,
+            )?,
+        })
+    }
+}
+
+/// One linear map per expert, `[experts, out, in]`, applied by index.
+pub struct SwitchLinear {
+    weight: LinearWeight,
+}
+
+impl SwitchLinear {
+    pub fn load(weights: &mut Weights, path: &str) -> Result<Self> {
+        Ok(SwitchLinear {
+            weight: match weights.quant(path)? {
+                Some(params) => LinearWeight::Quantized(Packed::take(weights, path, params)?),
+                None => LinearWeight::Dense(weights.take(&format!("{path}.weight"))?),
+            },
+        })
+    }
+
+    pub fn from_dense(weight: Array) -> Self {
+        SwitchLinear {
+            weight: LinearWeight::Dense(weight),
+        }
+    }
+
+    /// `x`: `[..., 1, in]` rows, `indices`: the expert of each row.
+    pub fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
+        Ok(match &self.weight {
+            LinearWeight::Dense(w) => gather_mm(x, w.swap_axes(-1, -2)?, None, indices, false)?,
+            LinearWeight::Quantized(q) => gather_qmm(
+                x,
+                &q.weight,
+                &q.scales,
+                &q.biases,
+                None,
+                indices,
+                true,
+                q.group_size,
+                q.bits,
+                false,
+            )?,
+        })
+    }
+}

@@ -1,0 +1,7 @@
+//! Building blocks of the hybrid models, each a small module over mlx-rs ops.
+
+pub mod attention;
+pub mod gated_delta;
+pub mod linear;
+pub mod mlp;
+pub mod moe;

@@ -1,0 +1,110 @@
+//! Our models compute what mlx-lm computes on the same checkpoints: f32 logits
+//! within 1e-4 for prefill of 1..N tokens and for step-by-step decode, and
+//! the same 64 greedy tokens for quantized checkpoints.
+
+mod common;
+
+use common::{fixture, host_i32, max_abs_diff, reference};
+use flashbar_models::Model;
+use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
+use mlx_rs::Array;
+
+const F32_TOLERANCE: f32 = 1e-4;
+
+fn prefill_and_decode_match(name: &str, tolerance: f32) {
+    let model = Model::load(&fixture(name)).unwrap();
+    let reference = reference(name);
+    let tokens = &reference["tokens"];
+    let n = tokens.shape()[0];
+    let mut worst = 0.0f32;
+    for len in 1..=n {
+        let mut cache = model.new_cache();
+        let prompt = tokens.index(..len).reshape(&[1, len]).unwrap();
+        let logits = model.forward(&prompt, &mut cache).unwrap().index(0);
+        let diff = max_abs_diff(&logits, &reference[&format!("prefill_{len}")]);
+        worst = worst.max(diff);
+        assert!(diff <= tolerance, "{name}: prefill of {len} differs by {diff}");
+    }
+    let mut cache = model.new_cache();
+    for t in 0..n {
+        let step = tokens.index(t..t + 1).reshape(&[1, 1]).unwrap();
+        let logits = model.forward(&step, &mut cache).unwrap().index((0, 0));
+        let diff = max_abs_diff(&logits, &reference["decode"].index(t));
+        worst = worst.max(diff);
+        assert!(diff <= tolerance, "{name}: decode step {t} differs by {diff}");
+    }
+    eprintln!("{name}: worst logit difference {worst:e}");
+}
+
+fn greedy_matches(name: &str) {
+    let model = Model::load(&fixture(name)).unwrap();
+    let reference = reference(name);
+    let expected = host_i32(&reference["greedy"]);
+    let tokens = &reference["tokens"];
+    let mut cache = model.new_cache();
+    let mut logits = model
+        .forward(&tokens.reshape(&[1, -1]).unwrap(), &mut cache)
+        .unwrap();
+    let mut generated = Vec::new();
+    for _ in 0..expected.len() {
+        let last = logits.index((0, -1));
+        let next = argmax_axis(&last, -1, false).unwrap();
+        let id = host_i32(&next)[0];
+        generated.push(id);
+        logits = model
+            .forward(&Array::from_slice(&[id], &[1, 1]), &mut cache)
+            .unwrap();
+    }
+    assert_eq!(generated, expected, "{name}: greedy tokens differ from mlx-lm");
+}
+
+#[test]
+fn dense_f32_logits_match_mlx_lm() {
+    prefill_and_decode_match("dense-hf-f32", F32_TOLERANCE);
+}
+
+#[test]
+fn moe_f32_logits_match_mlx_lm() {
+    prefill_and_decode_match("moe-hf-f32", F32_TOLERANCE);
+}
+
+#[test]
+fn quantized_logits_match_mlx_lm() {
+    for name in ["dense-mlx-4bit", "dense-mlx-8bit", "moe-mlx-4bit", "moe-mlx-8bit"] {
+        prefill_and_decode_match(name, F32_TOLERANCE);
+    }
+}
+
+#[test]
+fn quantized_greedy_tokens_match_mlx_lm() {
+    for name in ["dense-mlx-4bit", "dense-mlx-8bit", "moe-mlx-4bit", "moe-mlx-8bit"] {
+        greedy_matches(name);
+    }
+}
+
+/// bf16 logits: both sides round every intermediate to bf16, in a different
+/// order of operations. The rounding error grows with the size of the hidden
+/// state, so it is measured relative to the largest logit, in units of bf16's
+/// 2^-8 relative precision. On this checkpoint mlx-lm's own bf16 logits differ
+/// from its f32 evaluation of the same weights by 6.3 such units; ours differ
+/// from its bf16 ones by 5.8, so the bound is 8 (a wrong layer costs hundreds).
+#[test]
+fn bf16_checkpoint_matches_mlx_lm_within_bf16_rounding() {
+    let name = "dense-hf-bf16";
+    let model = Model::load(&fixture(name)).unwrap();
+    let reference = reference(name);
+    let tokens = &reference["tokens"];
+    let n = tokens.shape()[0];
+    let mut cache = model.new_cache();
+    let logits = model
+        .forward(&tokens.reshape(&[1, n]).unwrap(), &mut cache)
+        .unwrap()
+        .index(0);
+    let expected = &reference[&format!("prefill_{n}")];
+    let largest = common::host_f32(expected)
+        .iter()
+        .fold(0.0f32, |m, v| m.max(v.abs()));
+    let units = max_abs_diff(&logits, expected) / (largest * 2f32.powi(-8));
+    eprintln!("{name}: worst difference {units:.2} x 2^-8 of the largest logit {largest}");
+    assert!(units <= 8.0, "{name}: logits differ by {units} bf16 units");
+}
