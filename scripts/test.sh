@@ -9,6 +9,17 @@ echo "== ui"
 npm run --silent ui:check
 npm run --silent ui:build >/dev/null
 
+# Tiny random checkpoints + mlx-lm reference outputs for the parity tests,
+# regenerated only when the generator changes.
+echo "== fixtures"
+fixtures=target/fixtures
+stamp="$fixtures/.generator.sha256"
+if ! sha256sum --status -c "$stamp" 2>/dev/null; then
+  rm -rf "$fixtures" && mkdir -p "$fixtures"
+  .venv/bin/python tests/fixtures/make_fixtures.py "$fixtures" >/dev/null
+  sha256sum tests/fixtures/make_fixtures.py > "$stamp"
+fi
+
 echo "== cargo test"
 cargo test --workspace --all-targets
 cargo test --workspace --doc
