@@ -41,7 +41,9 @@ impl Checkpoint {
                 }
                 let name = normalize_name(&stored_name);
                 if tensors.insert(name.clone(), info).is_some() {
-                    return Err(ModelError::UnexpectedTensor(format!("{name} (stored twice)")));
+                    return Err(ModelError::UnexpectedTensor(format!(
+                        "{name} (stored twice)"
+                    )));
                 }
             }
         }
@@ -108,7 +110,9 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
                 .as_str()
                 .ok_or_else(|| invalid("weight_map values must be file names".into()))?;
             if file.contains('/') || file.contains("..") {
-                return Err(invalid(format!("shard name {file:?} leaves the model folder")));
+                return Err(invalid(format!(
+                    "shard name {file:?} leaves the model folder"
+                )));
             }
             files.insert(dir.join(file));
         }
@@ -188,7 +192,10 @@ pub fn read_header(path: &Path) -> Result<BTreeMap<String, TensorInfo>> {
             .ok_or_else(|| bad(format!("{name}: shape overflows")))?;
         let (start, end) = offsets;
         if end < start || end - start != expected {
-            return Err(bad(format!("{name}: {} bytes for shape {shape:?}", end.wrapping_sub(start))));
+            return Err(bad(format!(
+                "{name}: {} bytes for shape {shape:?}",
+                end.wrapping_sub(start)
+            )));
         }
         if end > data_len {
             return Err(bad(format!(

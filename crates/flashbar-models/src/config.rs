@@ -237,13 +237,21 @@ fn rope_of(text: &TextConfig) -> Result<Rope, String> {
 }
 
 fn parse_quantization(root: &serde_json::Value) -> Result<Quantization, String> {
-    let Some(value) = root.get("quantization").or_else(|| root.get("quantization_config")) else {
+    let Some(value) = root
+        .get("quantization")
+        .or_else(|| root.get("quantization_config"))
+    else {
         return Ok(Quantization::default());
     };
-    let object = value.as_object().ok_or("`quantization` must be an object")?;
+    let object = value
+        .as_object()
+        .ok_or("`quantization` must be an object")?;
     let default = match (object.get("group_size"), object.get("bits")) {
         (Some(g), Some(b)) => Some(QuantParams {
-            group_size: g.as_u64().ok_or("quantization.group_size must be a number")? as usize,
+            group_size: g
+                .as_u64()
+                .ok_or("quantization.group_size must be a number")?
+                as usize,
             bits: b.as_u64().ok_or("quantization.bits must be a number")? as usize,
         }),
         _ => None,

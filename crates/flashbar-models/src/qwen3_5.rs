@@ -69,7 +69,11 @@ impl Model {
         for i in 0..t.num_hidden_layers {
             let p = format!("model.layers.{i}");
             let mixer = if t.is_linear_layer(i) {
-                Mixer::Linear(GatedDeltaNet::load(&mut weights, &format!("{p}.linear_attn"), t)?)
+                Mixer::Linear(GatedDeltaNet::load(
+                    &mut weights,
+                    &format!("{p}.linear_attn"),
+                    t,
+                )?)
             } else {
                 Mixer::Attention(Attention::load(
                     &mut weights,
@@ -79,7 +83,9 @@ impl Model {
                 )?)
             };
             let feed_forward = match config.architecture {
-                Architecture::Dense => FeedForward::Dense(Mlp::load(&mut weights, &format!("{p}.mlp"))?),
+                Architecture::Dense => {
+                    FeedForward::Dense(Mlp::load(&mut weights, &format!("{p}.mlp"))?)
+                }
                 Architecture::Moe => {
                     FeedForward::Moe(SparseMoe::load(&mut weights, &format!("{p}.mlp"), t)?)
                 }
@@ -88,7 +94,8 @@ impl Model {
                 mixer,
                 feed_forward,
                 input_layernorm: weights.take(&format!("{p}.input_layernorm.weight"))?,
-                post_attention_layernorm: weights.take(&format!("{p}.post_attention_layernorm.weight"))?,
+                post_attention_layernorm: weights
+                    .take(&format!("{p}.post_attention_layernorm.weight"))?,
             });
         }
         let norm = weights.take("model.norm.weight")?;
@@ -175,7 +182,11 @@ const SHIFTED_NORMS: [&str; 5] = [
 ];
 
 /// The headers as they will look after [`sanitize`]: names and shapes only.
-fn sanitize_headers(config: &ModelConfig, checkpoint: &Checkpoint, hf_layout: bool) -> BTreeMap<String, Header> {
+fn sanitize_headers(
+    config: &ModelConfig,
+    checkpoint: &Checkpoint,
+    hf_layout: bool,
+) -> BTreeMap<String, Header> {
     let mut headers = BTreeMap::new();
     for (name, info) in &checkpoint.tensors {
         if config.text.tie_word_embeddings && name.starts_with("lm_head.") {
@@ -201,7 +212,11 @@ fn sanitize_headers(config: &ModelConfig, checkpoint: &Checkpoint, hf_layout: bo
 
 /// mlx-lm's `sanitize`: conv kernels to MLX layout and +1 on the shifted norms
 /// (HF only), tied heads dropped, fused MoE experts split.
-fn sanitize(config: &ModelConfig, mut arrays: HashMap<String, Array>, hf_layout: bool) -> Result<HashMap<String, Array>> {
+fn sanitize(
+    config: &ModelConfig,
+    mut arrays: HashMap<String, Array>,
+    hf_layout: bool,
+) -> Result<HashMap<String, Array>> {
     if config.text.tie_word_embeddings {
         arrays.retain(|name, _| !name.starts_with("lm_head."));
     }

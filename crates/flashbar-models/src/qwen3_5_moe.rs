@@ -20,12 +20,17 @@ fn fused_prefixes<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
 
 pub(crate) fn split_fused_expert_headers(headers: &mut BTreeMap<String, Header>) {
     for prefix in fused_prefixes(headers.keys()) {
-        let fused = headers.remove(&format!("{prefix}{GATE_UP}")).expect("listed above");
+        let fused = headers
+            .remove(&format!("{prefix}{GATE_UP}"))
+            .expect("listed above");
         let mut half = fused.clone();
         if let Some(rows) = half.shape.iter_mut().rev().nth(1) {
             *rows /= 2;
         }
-        headers.insert(format!("{prefix}.switch_mlp.gate_proj.weight"), half.clone());
+        headers.insert(
+            format!("{prefix}.switch_mlp.gate_proj.weight"),
+            half.clone(),
+        );
         headers.insert(format!("{prefix}.switch_mlp.up_proj.weight"), half);
         if let Some(down) = headers.remove(&format!("{prefix}{DOWN}")) {
             headers.insert(format!("{prefix}.switch_mlp.down_proj.weight"), down);
@@ -35,10 +40,18 @@ pub(crate) fn split_fused_expert_headers(headers: &mut BTreeMap<String, Header>)
 
 pub(crate) fn split_fused_experts(arrays: &mut HashMap<String, Array>) -> Result<()> {
     for prefix in fused_prefixes(arrays.keys()) {
-        let fused = arrays.remove(&format!("{prefix}{GATE_UP}")).expect("listed above");
+        let fused = arrays
+            .remove(&format!("{prefix}{GATE_UP}"))
+            .expect("listed above");
         let halves = split_equal(&fused, 2, -2)?;
-        arrays.insert(format!("{prefix}.switch_mlp.gate_proj.weight"), halves[0].clone());
-        arrays.insert(format!("{prefix}.switch_mlp.up_proj.weight"), halves[1].clone());
+        arrays.insert(
+            format!("{prefix}.switch_mlp.gate_proj.weight"),
+            halves[0].clone(),
+        );
+        arrays.insert(
+            format!("{prefix}.switch_mlp.up_proj.weight"),
+            halves[1].clone(),
+        );
         if let Some(down) = arrays.remove(&format!("{prefix}{DOWN}")) {
             arrays.insert(format!("{prefix}.switch_mlp.down_proj.weight"), down);
         }

@@ -54,7 +54,10 @@ fn expected(config: &ModelConfig) -> Vec<Expect> {
     for i in 0..t.num_hidden_layers {
         let p = format!("model.layers.{i}");
         out.push(tensor(format!("{p}.input_layernorm.weight"), vec![h]));
-        out.push(tensor(format!("{p}.post_attention_layernorm.weight"), vec![h]));
+        out.push(tensor(
+            format!("{p}.post_attention_layernorm.weight"),
+            vec![h],
+        ));
         if t.is_linear_layer(i) {
             let a = format!("{p}.linear_attn");
             let (hv, dv) = (t.linear_num_value_heads, t.linear_value_head_dim);
@@ -80,7 +83,12 @@ fn expected(config: &ModelConfig) -> Vec<Expect> {
             out.push(tensor(format!("{a}.q_norm.weight"), vec![d]));
             out.push(tensor(format!("{a}.k_norm.weight"), vec![d]));
             if t.attention_bias {
-                for (proj, size) in [("q_proj", 2 * n * d), ("k_proj", kv * d), ("v_proj", kv * d), ("o_proj", h)] {
+                for (proj, size) in [
+                    ("q_proj", 2 * n * d),
+                    ("k_proj", kv * d),
+                    ("v_proj", kv * d),
+                    ("o_proj", h),
+                ] {
                     out.push(tensor(format!("{a}.{proj}.bias"), vec![size]));
                 }
             }
@@ -93,7 +101,11 @@ fn expected(config: &ModelConfig) -> Vec<Expect> {
                 out.push(linear(format!("{m}.down_proj"), h, t.intermediate_size));
             }
             Architecture::Moe => {
-                let (e, mi, si) = (t.num_experts, t.moe_intermediate_size, t.shared_expert_intermediate_size);
+                let (e, mi, si) = (
+                    t.num_experts,
+                    t.moe_intermediate_size,
+                    t.shared_expert_intermediate_size,
+                );
                 let switch = |name: &str, out_dim, in_dim| {
                     Expect::Linear(format!("{m}.switch_mlp.{name}"), vec![e], out_dim, in_dim)
                 };

@@ -23,7 +23,10 @@ fn prefill_and_decode_match(name: &str, tolerance: f32) {
         let logits = model.forward(&prompt, &mut cache).unwrap().index(0);
         let diff = max_abs_diff(&logits, &reference[&format!("prefill_{len}")]);
         worst = worst.max(diff);
-        assert!(diff <= tolerance, "{name}: prefill of {len} differs by {diff}");
+        assert!(
+            diff <= tolerance,
+            "{name}: prefill of {len} differs by {diff}"
+        );
     }
     let mut cache = model.new_cache();
     for t in 0..n {
@@ -31,7 +34,10 @@ fn prefill_and_decode_match(name: &str, tolerance: f32) {
         let logits = model.forward(&step, &mut cache).unwrap().index((0, 0));
         let diff = max_abs_diff(&logits, &reference["decode"].index(t));
         worst = worst.max(diff);
-        assert!(diff <= tolerance, "{name}: decode step {t} differs by {diff}");
+        assert!(
+            diff <= tolerance,
+            "{name}: decode step {t} differs by {diff}"
+        );
     }
     eprintln!("{name}: worst logit difference {worst:e}");
 }
@@ -55,7 +61,10 @@ fn greedy_matches(name: &str) {
             .forward(&Array::from_slice(&[id], &[1, 1]), &mut cache)
             .unwrap();
     }
-    assert_eq!(generated, expected, "{name}: greedy tokens differ from mlx-lm");
+    assert_eq!(
+        generated, expected,
+        "{name}: greedy tokens differ from mlx-lm"
+    );
 }
 
 #[test]
@@ -70,14 +79,24 @@ fn moe_f32_logits_match_mlx_lm() {
 
 #[test]
 fn quantized_logits_match_mlx_lm() {
-    for name in ["dense-mlx-4bit", "dense-mlx-8bit", "moe-mlx-4bit", "moe-mlx-8bit"] {
+    for name in [
+        "dense-mlx-4bit",
+        "dense-mlx-8bit",
+        "moe-mlx-4bit",
+        "moe-mlx-8bit",
+    ] {
         prefill_and_decode_match(name, F32_TOLERANCE);
     }
 }
 
 #[test]
 fn quantized_greedy_tokens_match_mlx_lm() {
-    for name in ["dense-mlx-4bit", "dense-mlx-8bit", "moe-mlx-4bit", "moe-mlx-8bit"] {
+    for name in [
+        "dense-mlx-4bit",
+        "dense-mlx-8bit",
+        "moe-mlx-4bit",
+        "moe-mlx-8bit",
+    ] {
         greedy_matches(name);
     }
 }

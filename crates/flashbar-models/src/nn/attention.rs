@@ -51,7 +51,12 @@ pub struct Attention {
 }
 
 impl Attention {
-    pub fn load(weights: &mut Weights, path: &str, config: &TextConfig, rope: Rope) -> Result<Self> {
+    pub fn load(
+        weights: &mut Weights,
+        path: &str,
+        config: &TextConfig,
+        rope: Rope,
+    ) -> Result<Self> {
         Ok(Attention {
             q_proj: Linear::load(weights, &format!("{path}.q_proj"))?,
             k_proj: Linear::load(weights, &format!("{path}.k_proj"))?,
@@ -70,11 +75,18 @@ impl Attention {
     /// `x`: `[B, L, hidden]`; appends L positions to `cache`.
     pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
         let (b, l) = (x.shape()[0], x.shape()[1]);
-        let both = self.q_proj.forward(x)?.reshape(&[b, l, self.num_heads, -1])?;
+        let both = self
+            .q_proj
+            .forward(x)?
+            .reshape(&[b, l, self.num_heads, -1])?;
         let halves = split_equal(&both, 2, -1)?;
         let gate = halves[1].reshape(&[b, l, -1])?;
-        let queries = rms_norm(&halves[0], Some(&self.q_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
-        let keys = self.k_proj.forward(x)?.reshape(&[b, l, self.num_kv_heads, -1])?;
+        let queries =
+            rms_norm(&halves[0], Some(&self.q_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
+        let keys = self
+            .k_proj
+            .forward(x)?
+            .reshape(&[b, l, self.num_kv_heads, -1])?;
         let keys = rms_norm(&keys, Some(&self.k_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
         let values = self
             .v_proj

@@ -11,7 +11,9 @@ use crate::error::Result;
 use crate::nn::linear::{Linear, Weights};
 use mlx_rs::fast::rms_norm;
 use mlx_rs::nn::{silu, softplus};
-use mlx_rs::ops::{concatenate, conv1d, repeat_axis, sigmoid, split_at_indices, stack, zeros_dtype};
+use mlx_rs::ops::{
+    concatenate, conv1d, repeat_axis, sigmoid, split_at_indices, stack, zeros_dtype,
+};
 use mlx_rs::{Array, Dtype};
 
 /// A GDN layer's cache: the last K-1 conv inputs and the recurrent state.
@@ -64,7 +66,12 @@ impl GatedDeltaNet {
     /// `x`: `[B, S, hidden]`; advances `state` by S tokens.
     pub fn forward(&self, x: &Array, state: &mut GdnState) -> Result<Array> {
         let (b, s) = (x.shape()[0], x.shape()[1]);
-        let (hk, hv, dk, dv) = (self.num_k_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim);
+        let (hk, hv, dk, dv) = (
+            self.num_k_heads,
+            self.num_v_heads,
+            self.head_k_dim,
+            self.head_v_dim,
+        );
         let key_dim = hk * dk;
         let conv_dim = 2 * key_dim + hv * dv;
 
@@ -137,7 +144,10 @@ pub fn recurrence(
 ) -> Result<(Array, Array)> {
     let repeat = v.shape()[2] / q.shape()[2];
     let (q, k) = if repeat > 1 {
-        (repeat_axis::<f32>(q.clone(), repeat, 2)?, repeat_axis::<f32>(k.clone(), repeat, 2)?)
+        (
+            repeat_axis::<f32>(q.clone(), repeat, 2)?,
+            repeat_axis::<f32>(k.clone(), repeat, 2)?,
+        )
     } else {
         (q.clone(), k.clone())
     };

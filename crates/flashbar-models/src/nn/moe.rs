@@ -50,7 +50,10 @@ impl SparseMoe {
         let up = self.up_proj.forward(&rows, &experts)?;
         let gate = self.gate_proj.forward(&rows, &experts)?;
         let hidden = silu(gate)?.multiply(up)?;
-        let out = self.down_proj.forward(&hidden, &experts)?.squeeze_axes(&[-2])?; // [B, L, k, hidden]
+        let out = self
+            .down_proj
+            .forward(&hidden, &experts)?
+            .squeeze_axes(&[-2])?; // [B, L, k, hidden]
         let routed = out.multiply(scores.expand_dims(-1)?)?.sum_axis(-2, false)?;
 
         let shared = self
