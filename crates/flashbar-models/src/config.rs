@@ -113,7 +113,7 @@ impl TextConfig {
 
     /// Layer `i` is full attention every `full_attention_interval` layers.
     pub fn is_linear_layer(&self, layer: usize) -> bool {
-        (layer + 1) % self.full_attention_interval != 0
+        !(layer + 1).is_multiple_of(self.full_attention_interval)
     }
 
     pub fn key_dim(&self) -> usize {
@@ -192,10 +192,16 @@ impl TextConfig {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("`{name}` must be positive"));
         }
-        if self.linear_num_value_heads % self.linear_num_key_heads != 0 {
+        if !self
+            .linear_num_value_heads
+            .is_multiple_of(self.linear_num_key_heads)
+        {
             return Err("linear_num_value_heads must be a multiple of linear_num_key_heads".into());
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
+        if !self
+            .num_attention_heads
+            .is_multiple_of(self.num_key_value_heads)
+        {
             return Err("num_attention_heads must be a multiple of num_key_value_heads".into());
         }
         match architecture {

@@ -31,7 +31,7 @@ enum Mixer {
 
 enum FeedForward {
     Dense(Mlp),
-    Moe(SparseMoe),
+    Moe(Box<SparseMoe>),
 }
 
 struct DecoderLayer {
@@ -86,9 +86,11 @@ impl Model {
                 Architecture::Dense => {
                     FeedForward::Dense(Mlp::load(&mut weights, &format!("{p}.mlp"))?)
                 }
-                Architecture::Moe => {
-                    FeedForward::Moe(SparseMoe::load(&mut weights, &format!("{p}.mlp"), t)?)
-                }
+                Architecture::Moe => FeedForward::Moe(Box::new(SparseMoe::load(
+                    &mut weights,
+                    &format!("{p}.mlp"),
+                    t,
+                )?)),
             };
             layers.push(DecoderLayer {
                 mixer,
