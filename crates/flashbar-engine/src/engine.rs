@@ -1,0 +1,185 @@
+//! The engine: a loaded model and tokenizer, and the decoding loop.
+
+use crate::chat_template;
+use crate::emit::Emitter;
+use crate::error::{EngineError, Result};
+use crate::request::{CancelToken, GenerateRequest, Prompt, Speculation};
+use crate::sampling::SamplingParams;
+use crate::sink::{FinishReason, Generation, Mode, RoundStats, Sink, Totals};
+use crate::tokenizer::TextTokenizer;
+use flashbar_models::{LayerCache, Model};
+use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
+use mlx_rs::Array;
+use std::path::Path;
+use std::time::Instant;
+
+pub struct Engine {
+    model: Model,
+    tokenizer: TextTokenizer,
+}
+
+impl Engine {
+    /// Loads a target checkpoint folder (validated before allocating).
+    pub fn load(target_dir: &Path) -> Result<Self> {
+        let model = Model::load(target_dir)?;
+        let tokenizer = TextTokenizer::load(target_dir)?;
+        let vocab = model.config().text.vocab_size;
+        if tokenizer.vocab_size() > vocab {
+            return Err(EngineError::Tokenizer(format!(
+                "the tokenizer has {} tokens but the model only {vocab}",
+                tokenizer.vocab_size()
+            )));
+        }
+        Ok(Engine { model, tokenizer })
+    }
+
+    pub fn tokenizer(&self) -> &TextTokenizer {
+        &self.tokenizer
+    }
+
+    /// Longest sequence (prompt + completion) the model takes.
+    pub fn context_length(&self) -> usize {
+        self.model.config().text.max_position_embeddings
+    }
+
+    /// Token ids of a prompt, through the chat template for messages.
+    pub fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>> {
+        let text = match prompt {
+            Prompt::Text(text) => text.clone(),
+            Prompt::Messages(messages) => {
+                let template = self.tokenizer.chat_template().ok_or_else(|| {
+                    EngineError::InvalidRequest("this model has no chat template".into())
+                })?;
+                chat_template::render(template, messages, true)?
+            }
+        };
+        self.tokenizer.encode(&text)
+    }
+
+    pub fn generate(
+        &self,
+        request: &GenerateRequest,
+        sink: &mut dyn Sink,
+        cancel: &CancelToken,
+    ) -> Result<Generation> {
+        request
+            .sampling
+            .validate()
+            .map_err(EngineError::InvalidRequest)?;
+        if request.speculation == Speculation::Dflash {
+            return Err(EngineError::InvalidRequest(
+                "speculation \"dflash\" needs a drafter, and none is loaded".into(),
+            ));
+        }
+        let prompt = self.prompt_ids(&request.prompt)?;
+        let context = self.context_length();
+        if prompt.is_empty() {
+            return Err(EngineError::InvalidRequest("the prompt is empty".into()));
+        }
+        if prompt.len() >= context {
+            return Err(EngineError::InvalidRequest(format!(
+                "the prompt has {} tokens; the model's context is {context}",
+                prompt.len()
+            )));
+        }
+        if request.max_tokens == 0 {
+            return Err(EngineError::InvalidRequest(
+                "max_tokens must be at least 1".into(),
+            ));
+        }
+        let max_tokens = request.max_tokens.min(context - prompt.len());
+        self.decode_plain(&prompt, max_tokens, request, sink, cancel)
+    }
+
+    /// Plain autoregressive decoding: one target step per token.
+    fn decode_plain(
+        &self,
+        prompt: &[u32],
+        max_tokens: usize,
+        request: &GenerateRequest,
+        sink: &mut dyn Sink,
+        cancel: &CancelToken,
+    ) -> Result<Generation> {
+        let mut cache = self.model.new_cache();
+        let mut emitter = Emitter::new(&self.tokenizer, request.stop.clone());
+        let started = Instant::now();
+        let mut logits = self.last_logits(prompt, &mut cache)?;
+        let prompt_seconds = started.elapsed().as_secs_f64();
+
+        let decode_started = Instant::now();
+        let mut finish = FinishReason::Length;
+        for step in 0..max_tokens {
+            if cancel.is_cancelled() {
+                finish = FinishReason::Cancelled;
+                break;
+            }
+            let step_started = Instant::now();
+            let position = (prompt.len() + step) as u64;
+            let token = next_token(&logits, &request.sampling, position)?;
+            if let Some(reason) = emitter.commit(token, false, sink)? {
+                finish = reason;
+                break;
+            }
+            if step + 1 < max_tokens {
+                logits = self.last_logits(&[token], &mut cache)?;
+            }
+            sink.round(&RoundStats {
+                mode: Mode::Ar,
+                block_size: 1,
+                accepted: 0,
+                committed: 1,
+                draft_ms: 0.0,
+                verify_ms: step_started.elapsed().as_secs_f64() * 1e3,
+                rollback_ms: 0.0,
+            });
+        }
+        if finish != FinishReason::Stop {
+            emitter.flush(sink)?;
+        }
+        let decode_seconds = decode_started.elapsed().as_secs_f64();
+        let completion = emitter.ids.len();
+        Ok(Generation {
+            text: emitter.text,
+            token_ids: emitter.ids,
+            finish_reason: finish,
+            stats: Totals {
+                mode: Some(Mode::Ar),
+                prompt_tokens: prompt.len(),
+                completion_tokens: completion,
+                rounds: completion,
+                accepted_tokens: 0,
+                mean_accept_len: if completion > 0 { 1.0 } else { 0.0 },
+                prompt_seconds,
+                decode_seconds,
+                tokens_per_second: if decode_seconds > 0.0 {
+                    completion as f64 / decode_seconds
+                } else {
+                    0.0
+                },
+            },
+        })
+    }
+
+    /// Runs `ids` through the model; the logits `[vocab]` of the last one.
+    fn last_logits(&self, ids: &[u32], cache: &mut [LayerCache]) -> Result<Array> {
+        let input = Array::from_slice(ids, &[1, ids.len() as i32]);
+        let logits = self.model.forward(&input, cache)?;
+        Ok(logits.index((0, -1)))
+    }
+}
+
+/// Greedy picks on the device; sampling copies the logits to the host.
+fn next_token(logits: &Array, sampling: &SamplingParams, position: u64) -> Result<u32> {
+    if sampling.is_greedy() {
+        let id = argmax_axis(logits, -1, false)?.as_dtype(mlx_rs::Dtype::Uint32)?;
+        return id.try_item_exact::<u32>().map_err(mlx_error);
+    }
+    let host = logits.as_dtype(mlx_rs::Dtype::Float32)?;
+    host.eval()?;
+    let values = host.try_as_slice::<f32>().map_err(mlx_error)?;
+    Ok(sampling.sample(values, position))
+}
+
+fn mlx_error(error: impl std::fmt::Display) -> EngineError {
+    EngineError::Mlx(mlx_rs::error::Exception::custom(error.to_string()))
+}

@@ -1,0 +1,28 @@
+//! Text generation over Flashbar's models.
+//!
+//! [`Engine::load`] a checkpoint, then [`Engine::generate`] a
+//! [`GenerateRequest`] into a [`Sink`]: text deltas, tokens (with their
+//! origin) and one [`RoundStats`] per decoding round; the returned
+//! [`Generation`] carries the finish reason and totals.
+//!
+//! Modules: tokenizer and chat template; sampling (position-keyed, so
+//! speculative paths can reproduce it); stop rules and UTF-8-safe streaming;
+//! the decoding loop.
+
+pub mod chat_template;
+pub mod detokenize;
+mod emit;
+pub mod engine;
+pub mod error;
+pub mod request;
+pub mod sampling;
+pub mod sink;
+pub mod stop;
+pub mod tokenizer;
+
+pub use chat_template::Message;
+pub use engine::Engine;
+pub use error::{EngineError, Result};
+pub use request::{CancelToken, GenerateRequest, Prompt, Speculation};
+pub use sampling::SamplingParams;
+pub use sink::{FinishReason, Generation, Mode, NullSink, RoundStats, Sink, Totals};

@@ -1,0 +1,61 @@
+//! What to generate.
+
+use crate::chat_template::Message;
+use crate::sampling::SamplingParams;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Speculation {
+    /// DFlash when a drafter is loaded and the gate says it pays, else plain.
+    Auto,
+    /// Always DFlash (an error without a drafter).
+    Dflash,
+    /// Plain decoding.
+    Off,
+}
+
+#[derive(Clone, Debug)]
+pub enum Prompt {
+    /// Raw text, tokenized as is.
+    Text(String),
+    /// Chat messages, rendered with the model's chat template.
+    Messages(Vec<Message>),
+}
+
+#[derive(Clone, Debug)]
+pub struct GenerateRequest {
+    pub prompt: Prompt,
+    pub sampling: SamplingParams,
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+    pub speculation: Speculation,
+}
+
+impl GenerateRequest {
+    pub fn new(prompt: Prompt) -> Self {
+        GenerateRequest {
+            prompt,
+            sampling: SamplingParams::default(),
+            max_tokens: 256,
+            stop: Vec::new(),
+            speculation: Speculation::Auto,
+        }
+    }
+}
+
+/// Held by the caller; the generation stops at the next token once set.
+#[derive(Clone, Debug, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
