@@ -2,6 +2,9 @@
 //!
 //! Every failure ends as one line on stderr and a non-zero exit status.
 
+mod doctor;
+mod generate;
+mod models;
 mod smoke;
 
 use clap::{Parser, Subcommand};
@@ -20,6 +23,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Complete a prompt with a model (the embedded one by default).
+    Generate(generate::GenerateArgs),
+    /// Check that a model can be used, and say why not.
+    Doctor(doctor::DoctorArgs),
     /// Check that MLX computes correctly here, on every device it offers.
     Smoke(smoke::SmokeArgs),
 }
@@ -36,8 +43,23 @@ fn main() -> ExitCode {
         let first_line = message.lines().next().unwrap_or_default();
         eprintln!("flashbar: internal error: {first_line}");
     }));
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version print as usual; a bad flag is one line.
+        Err(error) if !error.use_stderr() => error.exit(),
+        Err(error) => {
+            let rendered = error.to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            eprintln!(
+                "flashbar: {} (see flashbar --help)",
+                first.trim_start_matches("error: ")
+            );
+            return ExitCode::from(2);
+        }
+    };
     let outcome = match cli.command {
+        Command::Generate(args) => generate::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Doctor(args) => doctor::run(args).map(|()| ExitCode::SUCCESS),
         Command::Smoke(args) => smoke::run(args),
     };
     match outcome {

@@ -11,6 +11,7 @@
 
 pub mod chat_template;
 pub mod detokenize;
+pub mod doctor;
 mod emit;
 pub mod engine;
 pub mod error;

@@ -53,12 +53,20 @@ impl Model {
     /// Loads a checkpoint folder (HF or MLX format), validating every tensor
     /// against the config before any is read.
     pub fn load(dir: &Path) -> Result<Self> {
+        let (config, checkpoint) = Self::check(dir)?;
+        let hf_layout = is_hf_layout(&checkpoint);
+        let arrays = sanitize(&config, checkpoint.load()?, hf_layout)?;
+        Self::from_arrays(config, arrays)
+    }
+
+    /// Everything [`Model::load`] checks, without reading any tensor data:
+    /// the config, and every tensor's name, dtype and shape.
+    pub fn check(dir: &Path) -> Result<(ModelConfig, Checkpoint)> {
         let config = ModelConfig::load(dir)?;
         let checkpoint = Checkpoint::open(dir)?;
         let hf_layout = is_hf_layout(&checkpoint);
         spec::check(&config, &sanitize_headers(&config, &checkpoint, hf_layout))?;
-        let arrays = sanitize(&config, checkpoint.load()?, hf_layout)?;
-        Self::from_arrays(config, arrays)
+        Ok((config, checkpoint))
     }
 
     fn from_arrays(config: ModelConfig, arrays: HashMap<String, Array>) -> Result<Self> {

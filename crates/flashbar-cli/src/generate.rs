@@ -1,0 +1,120 @@
+//! `flashbar generate`: one completion of a prompt, streamed to stdout or
+//! printed as one JSON object.
+
+use crate::models::resolve_model;
+use anyhow::bail;
+use flashbar_engine::{
+    CancelToken, Engine, GenerateRequest, Message, Prompt, SamplingParams, Sink, Speculation,
+};
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct GenerateArgs {
+    /// Target model: a local folder (default: the embedded model).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// DFlash drafter folder.
+    #[arg(long)]
+    drafter: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "auto")]
+    speculation: SpeculationArg,
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Stop when this text appears (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Treat PROMPT as a user message and apply the model's chat template.
+    #[arg(long)]
+    chat: bool,
+    /// Print one JSON object with the text, token ids and stats.
+    #[arg(long)]
+    json: bool,
+    prompt: String,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum SpeculationArg {
+    Auto,
+    Dflash,
+    Off,
+}
+
+/// Writes text deltas to stdout as they come.
+struct StdoutSink;
+
+impl Sink for StdoutSink {
+    fn text(&mut self, delta: &str) {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(delta.as_bytes());
+        let _ = out.flush();
+    }
+}
+
+pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
+    if let Some(drafter) = &args.drafter {
+        bail!(
+            "--drafter {}: DFlash drafters are not supported by this build yet",
+            drafter.display()
+        );
+    }
+    flashbar_mlx::device::activate()?;
+    let engine = Engine::load(&resolve_model(args.model.as_deref())?)?;
+    let prompt = if args.chat {
+        Prompt::Messages(vec![Message {
+            role: "user".into(),
+            content: args.prompt,
+        }])
+    } else {
+        Prompt::Text(args.prompt)
+    };
+    let mut request = GenerateRequest::new(prompt);
+    request.max_tokens = args.max_tokens;
+    request.stop = args.stop;
+    request.speculation = match args.speculation {
+        SpeculationArg::Auto => Speculation::Auto,
+        SpeculationArg::Dflash => Speculation::Dflash,
+        SpeculationArg::Off => Speculation::Off,
+    };
+    request.sampling = SamplingParams {
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        min_p: args.min_p,
+        seed: args.seed,
+    };
+    let cancel = CancelToken::default();
+    if args.json {
+        let result = engine.generate(&request, &mut flashbar_engine::NullSink, &cancel)?;
+        let s = &result.stats;
+        let json = serde_json::json!({
+            "text": result.text,
+            "token_ids": result.token_ids,
+            "finish_reason": result.finish_reason,
+            "stats": {
+                "mode": s.mode,
+                "prompt_tokens": s.prompt_tokens,
+                "completion_tokens": s.completion_tokens,
+                "rounds": s.rounds,
+                "accepted_tokens": s.accepted_tokens,
+                "mean_accept_len": s.mean_accept_len,
+                "tokens_per_second": s.tokens_per_second,
+            }
+        });
+        println!("{json}");
+    } else {
+        engine.generate(&request, &mut StdoutSink, &cancel)?;
+        println!();
+    }
+    Ok(())
+}

@@ -1,0 +1,140 @@
+//! The `flashbar` command line as users and scripts call it: the JSON
+//! contract, and one-line errors with a non-zero status for bad input.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn flashbar(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flashbar"))
+        .args(args)
+        .env("FLASHBAR_DEVICE", "cpu")
+        .output()
+        .expect("the binary runs")
+}
+
+/// Fails unless the command failed with exactly one line on stderr.
+fn one_line_failure(output: &Output) -> String {
+    assert!(!output.status.success(), "succeeded: {output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "not one line: {stderr:?}"
+    );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
+        "{stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn generate_json_follows_the_contract() {
+    let output = flashbar(&[
+        "generate",
+        "--json",
+        "--max-tokens",
+        "6",
+        "--speculation",
+        "off",
+        "def fib(n):",
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(json["text"].is_string());
+    assert_eq!(json["token_ids"].as_array().unwrap().len(), 6);
+    assert_eq!(json["finish_reason"], "length");
+    let stats = &json["stats"];
+    for key in [
+        "mode",
+        "prompt_tokens",
+        "completion_tokens",
+        "rounds",
+        "accepted_tokens",
+        "mean_accept_len",
+        "tokens_per_second",
+    ] {
+        assert!(!stats[key].is_null(), "stats.{key} missing: {stats}");
+    }
+    assert_eq!(stats["completion_tokens"], 6);
+    assert_eq!(stats["mode"], "ar");
+}
+
+#[test]
+fn streamed_text_equals_the_json_text() {
+    let plain = flashbar(&["generate", "--max-tokens", "12", "def fib(n):"]);
+    let json = flashbar(&["generate", "--json", "--max-tokens", "12", "def fib(n):"]);
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let streamed = String::from_utf8(plain.stdout).unwrap();
+    assert_eq!(
+        streamed.strip_suffix('\n').unwrap(),
+        json["text"].as_str().unwrap()
+    );
+}
+
+#[test]
+fn doctor_passes_on_the_default_model() {
+    let output = flashbar(&["doctor"]);
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("weights") && stdout.contains("ok"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_missing_model_folder() {
+    let stderr = one_line_failure(&flashbar(&[
+        "generate",
+        "--model",
+        "/nonexistent/model",
+        "hi",
+    ]));
+    assert!(stderr.contains("model not found"), "{stderr}");
+}
+
+#[test]
+fn a_corrupt_checkpoint_in_generate_and_doctor() {
+    let temp = tempfile::tempdir().unwrap();
+    let default = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default/target");
+    for entry in std::fs::read_dir(default).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), temp.path().join(entry.file_name())).unwrap();
+    }
+    let weights = temp.path().join("model.safetensors");
+    let bytes = std::fs::read(&weights).unwrap();
+    std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
+    let model = temp.path().to_str().unwrap();
+    let stderr = one_line_failure(&flashbar(&["generate", "--model", model, "hi"]));
+    assert!(stderr.contains("truncated"), "{stderr}");
+    let doctor = flashbar(&["doctor", "--model", model]);
+    assert!(!doctor.status.success());
+    assert!(String::from_utf8_lossy(&doctor.stdout).contains("FAIL"));
+}
+
+#[test]
+fn an_empty_prompt() {
+    let stderr = one_line_failure(&flashbar(&["generate", ""]));
+    assert!(stderr.contains("the prompt is empty"), "{stderr}");
+}
+
+#[test]
+fn a_bad_flag() {
+    let stderr = one_line_failure(&flashbar(&["generate", "--temperature", "hot", "hi"]));
+    assert!(stderr.contains("--temperature"), "{stderr}");
+    let stderr = one_line_failure(&flashbar(&["generate", "--no-such-flag", "hi"]));
+    assert!(stderr.contains("--no-such-flag"), "{stderr}");
+}
+
+#[test]
+fn a_drafter_is_refused_with_the_reason() {
+    let stderr = one_line_failure(&flashbar(&["generate", "--drafter", "/tmp", "hi"]));
+    assert!(stderr.contains("drafter"), "{stderr}");
+}
+
+#[test]
+fn dflash_without_a_drafter() {
+    let stderr = one_line_failure(&flashbar(&["generate", "--speculation", "dflash", "hi"]));
+    assert!(stderr.contains("needs a drafter"), "{stderr}");
+}

@@ -1,0 +1,88 @@
+//! Checks that a model folder can be used, with reasons instead of panics:
+//! the same validation loading does, without allocating the weights.
+
+use crate::chat_template::{self, Message};
+use crate::tokenizer::TextTokenizer;
+use flashbar_models::config::Architecture;
+use flashbar_models::Model;
+use serde::Serialize;
+use std::path::Path;
+
+#[derive(Debug, Serialize)]
+pub struct Finding {
+    pub check: &'static str,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// Runs every check on a target folder; all of them, even after a failure.
+pub fn check_target(dir: &Path) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let mut add = |check, result: Result<String, String>| {
+        let (ok, detail) = match result {
+            Ok(detail) => (true, detail),
+            Err(detail) => (false, detail),
+        };
+        findings.push(Finding { check, ok, detail });
+    };
+    if !dir.is_dir() {
+        add("folder", Err(format!("{} is not a folder", dir.display())));
+        return findings;
+    }
+    add(
+        "weights",
+        Model::check(dir)
+            .map(|(config, checkpoint)| {
+                let t = &config.text;
+                let kind = match config.architecture {
+                    Architecture::Dense => "dense".to_owned(),
+                    Architecture::Moe => {
+                        format!("MoE {}x top-{}", t.num_experts, t.num_experts_per_tok)
+                    }
+                };
+                let quant = match config.quantization.default {
+                    Some(q) => format!("{}-bit (group {})", q.bits, q.group_size),
+                    None => "unquantized".to_owned(),
+                };
+                format!(
+                    "{kind}, {} layers, hidden {}, vocab {}, {quant}, {} tensors checked",
+                    t.num_hidden_layers,
+                    t.hidden_size,
+                    t.vocab_size,
+                    checkpoint.tensors.len()
+                )
+            })
+            .map_err(|e| e.to_string()),
+    );
+    match TextTokenizer::load(dir) {
+        Ok(tokenizer) => {
+            add(
+                "tokenizer",
+                if tokenizer.eos_ids().is_empty() {
+                    Err("no end-of-sequence token (eos_token / eos_token_id)".into())
+                } else {
+                    Ok(format!(
+                        "{} tokens, eos {:?}",
+                        tokenizer.vocab_size(),
+                        tokenizer.eos_ids()
+                    ))
+                },
+            );
+            let probe = [Message {
+                role: "user".into(),
+                content: "hello".into(),
+            }];
+            add(
+                "chat template",
+                match tokenizer.chat_template() {
+                    None => Err("none (plain prompts only)".into()),
+                    Some(template) => chat_template::render(template, &probe, true)
+                        .map(|text| format!("renders ({} bytes for one message)", text.len()))
+                        .map_err(|e| e.to_string()),
+                },
+            );
+        }
+        Err(error) => add("tokenizer", Err(error.to_string())),
+    }
+    findings
+}
