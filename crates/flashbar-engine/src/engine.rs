@@ -91,7 +91,9 @@ impl Engine {
         self.decode_plain(&prompt, max_tokens, request, sink, cancel)
     }
 
-    /// Plain autoregressive decoding: one target step per token.
+    /// Plain autoregressive decoding: one target step per token. Greedy
+    /// tokens stay on the device, so the next step is queued before the
+    /// current token is read back (host and device work overlap).
     fn decode_plain(
         &self,
         prompt: &[u32],
@@ -100,28 +102,38 @@ impl Engine {
         sink: &mut dyn Sink,
         cancel: &CancelToken,
     ) -> Result<Generation> {
+        let sampling = &request.sampling;
         let mut cache = self.model.new_cache();
         let mut emitter = Emitter::new(&self.tokenizer, request.stop.clone());
         let started = Instant::now();
-        let mut logits = self.last_logits(prompt, &mut cache)?;
-        let prompt_seconds = started.elapsed().as_secs_f64();
+        let logits = self.last_logits(prompt, &mut cache)?;
+        let mut pending = choose(&logits, sampling, prompt.len() as u64)?;
 
-        let decode_started = Instant::now();
+        let mut first_token_at = None;
+        let mut last_token_at = started;
         let mut finish = FinishReason::Length;
         for step in 0..max_tokens {
             if cancel.is_cancelled() {
                 finish = FinishReason::Cancelled;
                 break;
             }
-            let step_started = Instant::now();
-            let position = (prompt.len() + step) as u64;
-            let token = next_token(&logits, &request.sampling, position)?;
+            let position = (prompt.len() + step + 1) as u64;
+            let more = step + 1 < max_tokens;
+            let queued = match (&pending, more) {
+                (Pending::Device(token), true) => {
+                    let logits = self.last_logits_of(&token.reshape(&[1, 1])?, &mut cache)?;
+                    Some(choose(&logits, sampling, position)?)
+                }
+                _ => None,
+            };
+            let token = pending.resolve()?;
+            let now = Instant::now();
+            let round_ms = (now - last_token_at).as_secs_f64() * 1e3;
+            last_token_at = now;
+            first_token_at.get_or_insert(now);
             if let Some(reason) = emitter.commit(token, false, sink)? {
                 finish = reason;
                 break;
-            }
-            if step + 1 < max_tokens {
-                logits = self.last_logits(&[token], &mut cache)?;
             }
             sink.round(&RoundStats {
                 mode: Mode::Ar,
@@ -129,15 +141,27 @@ impl Engine {
                 accepted: 0,
                 committed: 1,
                 draft_ms: 0.0,
-                verify_ms: step_started.elapsed().as_secs_f64() * 1e3,
+                verify_ms: round_ms,
                 rollback_ms: 0.0,
             });
+            pending = match queued {
+                Some(next) => next,
+                None if more => {
+                    let logits = self.last_logits(&[token], &mut cache)?;
+                    choose(&logits, sampling, position)?
+                }
+                None => break,
+            };
         }
         if finish != FinishReason::Stop {
             emitter.flush(sink)?;
         }
-        let decode_seconds = decode_started.elapsed().as_secs_f64();
         let completion = emitter.ids.len();
+        let first = first_token_at.unwrap_or(last_token_at);
+        // As mlx-lm counts: prompt time runs to the first token, decode speed
+        // over the tokens after it.
+        let prompt_seconds = (first - started).as_secs_f64();
+        let decode_seconds = (last_token_at - first).as_secs_f64();
         Ok(Generation {
             text: emitter.text,
             token_ids: emitter.ids,
@@ -151,8 +175,8 @@ impl Engine {
                 mean_accept_len: if completion > 0 { 1.0 } else { 0.0 },
                 prompt_seconds,
                 decode_seconds,
-                tokens_per_second: if decode_seconds > 0.0 {
-                    completion as f64 / decode_seconds
+                tokens_per_second: if completion > 1 && decode_seconds > 0.0 {
+                    (completion - 1) as f64 / decode_seconds
                 } else {
                     0.0
                 },
@@ -162,22 +186,41 @@ impl Engine {
 
     /// Runs `ids` through the model; the logits `[vocab]` of the last one.
     fn last_logits(&self, ids: &[u32], cache: &mut [LayerCache]) -> Result<Array> {
-        let input = Array::from_slice(ids, &[1, ids.len() as i32]);
-        let logits = self.model.forward(&input, cache)?;
-        Ok(logits.index((0, -1)))
+        self.last_logits_of(&Array::from_slice(ids, &[1, ids.len() as i32]), cache)
+    }
+
+    fn last_logits_of(&self, input: &Array, cache: &mut [LayerCache]) -> Result<Array> {
+        Ok(self.model.forward(input, cache)?.index((0, -1)))
     }
 }
 
-/// Greedy picks on the device; sampling copies the logits to the host.
-fn next_token(logits: &Array, sampling: &SamplingParams, position: u64) -> Result<u32> {
+/// The next token: still on the device (greedy), or already on the host.
+enum Pending {
+    Device(Array),
+    Host(u32),
+}
+
+impl Pending {
+    fn resolve(&self) -> Result<u32> {
+        match self {
+            Pending::Device(token) => token.try_item_exact::<u32>().map_err(mlx_error),
+            Pending::Host(id) => Ok(*id),
+        }
+    }
+}
+
+/// Greedy picks on the device (evaluated asynchronously); sampling copies the
+/// logits to the host and draws with the position's key.
+fn choose(logits: &Array, sampling: &SamplingParams, position: u64) -> Result<Pending> {
     if sampling.is_greedy() {
-        let id = argmax_axis(logits, -1, false)?.as_dtype(mlx_rs::Dtype::Uint32)?;
-        return id.try_item_exact::<u32>().map_err(mlx_error);
+        let token = argmax_axis(logits, -1, false)?.as_dtype(mlx_rs::Dtype::Uint32)?;
+        mlx_rs::transforms::async_eval([&token])?;
+        return Ok(Pending::Device(token));
     }
     let host = logits.as_dtype(mlx_rs::Dtype::Float32)?;
     host.eval()?;
     let values = host.try_as_slice::<f32>().map_err(mlx_error)?;
-    Ok(sampling.sample(values, position))
+    Ok(Pending::Host(sampling.sample(values, position)))
 }
 
 fn mlx_error(error: impl std::fmt::Display) -> EngineError {
