@@ -2,6 +2,7 @@
 //!
 //! Every failure ends as one line on stderr and a non-zero exit status.
 
+mod bench;
 mod doctor;
 mod generate;
 mod models;
@@ -27,6 +28,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Check that a model can be used, and say why not.
     Doctor(doctor::DoctorArgs),
+    /// Measure prefill and decode speed on a model.
+    Bench(bench::BenchArgs),
     /// Check that MLX computes correctly here, on every device it offers.
     Smoke(smoke::SmokeArgs),
 }
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Generate(args) => generate::run(args).map(|()| ExitCode::SUCCESS),
         Command::Doctor(args) => doctor::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Bench(args) => bench::run(args).map(|()| ExitCode::SUCCESS),
         Command::Smoke(args) => smoke::run(args),
     };
     match outcome {

@@ -74,24 +74,18 @@ pub enum LinearWeight {
     Quantized(Packed),
 }
 
-/// `y = x W^T (+ b)`.
-pub struct Linear {
-    weight: LinearWeight,
-    bias: Option<Array>,
-}
-
-impl Linear {
-    pub fn load(weights: &mut Weights, path: &str) -> Result<Self> {
-        let weight = match weights.quant(path)? {
+impl LinearWeight {
+    /// `{path}.weight`, packed with `.scales` / `.biases` when quantized.
+    fn load(weights: &mut Weights, path: &str) -> Result<Self> {
+        Ok(match weights.quant(path)? {
             Some(params) => LinearWeight::Quantized(Packed::take(weights, path, params)?),
             None => LinearWeight::Dense(weights.take(&format!("{path}.weight"))?),
-        };
-        let bias = weights.take_optional(&format!("{path}.bias"));
-        Ok(Linear { weight, bias })
+        })
     }
 
-    pub fn forward(&self, x: &Array) -> Result<Array> {
-        let y = match &self.weight {
+    /// `x W^T`.
+    fn apply(&self, x: &Array) -> Result<Array> {
+        Ok(match self {
             LinearWeight::Dense(w) => matmul(x, w.t())?,
             LinearWeight::Quantized(q) => quantized_matmul(
                 x,
@@ -102,7 +96,25 @@ impl Linear {
                 q.group_size,
                 q.bits,
             )?,
-        };
+        })
+    }
+}
+
+/// `y = x W^T (+ b)`.
+pub struct Linear {
+    weight: LinearWeight,
+    bias: Option<Array>,
+}
+
+impl Linear {
+    pub fn load(weights: &mut Weights, path: &str) -> Result<Self> {
+        let weight = LinearWeight::load(weights, path)?;
+        let bias = weights.take_optional(&format!("{path}.bias"));
+        Ok(Linear { weight, bias })
+    }
+
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        let y = self.weight.apply(x)?;
         Ok(match &self.bias {
             Some(b) => y.add(b)?,
             None => y,
@@ -117,11 +129,9 @@ pub struct Embedding {
 
 impl Embedding {
     pub fn load(weights: &mut Weights, path: &str) -> Result<Self> {
-        let weight = match weights.quant(path)? {
-            Some(params) => LinearWeight::Quantized(Packed::take(weights, path, params)?),
-            None => LinearWeight::Dense(weights.take(&format!("{path}.weight"))?),
-        };
-        Ok(Embedding { weight })
+        Ok(Embedding {
+            weight: LinearWeight::load(weights, path)?,
+        })
     }
 
     pub fn lookup(&self, ids: &Array) -> Result<Array> {
@@ -138,18 +148,7 @@ impl Embedding {
     }
 
     pub fn as_linear(&self, x: &Array) -> Result<Array> {
-        Ok(match &self.weight {
-            LinearWeight::Dense(w) => matmul(x, w.t())?,
-            LinearWeight::Quantized(q) => quantized_matmul(
-                x,
-                &q.weight,
-                &q.scales,
-                &q.biases,
-                true,
-                q.group_size,
-                q.bits,
-            )?,
-        })
+        self.weight.apply(x)
     }
 }
 
@@ -161,17 +160,8 @@ pub struct SwitchLinear {
 impl SwitchLinear {
     pub fn load(weights: &mut Weights, path: &str) -> Result<Self> {
         Ok(SwitchLinear {
-            weight: match weights.quant(path)? {
-                Some(params) => LinearWeight::Quantized(Packed::take(weights, path, params)?),
-                None => LinearWeight::Dense(weights.take(&format!("{path}.weight"))?),
-            },
+            weight: LinearWeight::load(weights, path)?,
         })
-    }
-
-    pub fn from_dense(weight: Array) -> Self {
-        SwitchLinear {
-            weight: LinearWeight::Dense(weight),
-        }
     }
 
     /// `x`: `[..., 1, in]` rows, `indices`: the expert of each row.

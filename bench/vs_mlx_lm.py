@@ -1,0 +1,155 @@
+"""Plain decoding speed, ours vs mlx-lm, side by side on the same random
+4-bit checkpoint and the same prompt, in one run.
+
+    .venv/bin/python bench/vs_mlx_lm.py --shape mid --flashbar target/release/flashbar
+
+Writes the checkpoint (mlx-lm's own random init, quantized by mlx-lm) into
+--dir if it is not there, runs mlx-lm's stream_generate and `flashbar bench`
+on it, and prints prefill and decode tokens/s with ours/mlx-lm ratios. On a
+GPU it also prints the decode roofline fraction: bytes of weights read per
+token / step time, against --bandwidth (GB/s).
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlx.core as mx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "fixtures"))
+import make_fixtures  # noqa: E402  (the tokenizer writer)
+
+SHAPES = {
+    # A few hundred M parameters: what the CPU benchmark uses.
+    "mid": dict(hidden_size=1024, num_hidden_layers=16, num_attention_heads=8,
+                num_key_value_heads=2, head_dim=128, linear_num_key_heads=8,
+                linear_key_head_dim=128, linear_num_value_heads=16,
+                linear_value_head_dim=128, intermediate_size=3072, vocab_size=32768),
+    # Qwen3.5-9B as its model card gives it.
+    "qwen3.5-9b": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=16,
+                       num_key_value_heads=4, head_dim=256, linear_num_key_heads=16,
+                       linear_key_head_dim=128, linear_num_value_heads=32,
+                       linear_value_head_dim=128, intermediate_size=12288, vocab_size=248320),
+}
+
+
+def write_checkpoint(path: Path, shape: dict):
+    from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
+
+    text = dict(make_fixtures.TEXT, **shape)
+    text["full_attention_interval"] = 4
+    text["max_position_embeddings"] = 32768
+    config = {"model_type": "qwen3_5", "text_config": text, "eos_token_id": 2}
+    model_class, args_class = _get_classes(config)
+    mx.random.seed(0)
+    model = model_class(args_class.from_dict(config))
+    model, qconfig = quantize_model(model, config, 64, 4)
+    save_model(path, model)
+    save_config(qconfig, path / "config.json")
+    make_fixtures.write_tokenizer(path)
+
+
+def prompt_text(tokens: int) -> str:
+    base = " ".join(make_fixtures.CORPUS[:8])
+    text = base
+    while len(text) < tokens * 4:
+        text += " " + base
+    return text
+
+
+def bench_mlx_lm(path: Path, prompt: str, max_tokens: int, repeats: int):
+    from mlx_lm import load, stream_generate
+
+    model, tokenizer = load(str(path))
+    ids = tokenizer.encode(prompt, add_special_tokens=False)
+
+    def once(n):
+        last = None
+        for response in stream_generate(model, tokenizer, ids, max_tokens=n):
+            last = response
+        return last
+
+    once(8)  # warm-up
+    runs = [once(max_tokens) for _ in range(repeats)]
+    return {
+        "prompt_tokens": len(ids),
+        "completion_tokens": runs[0].generation_tokens,
+        "prefill": statistics.median(r.prompt_tps for r in runs),
+        "decode": statistics.median(r.generation_tps for r in runs),
+        "peak_memory_gb": max(r.peak_memory for r in runs),
+    }
+
+
+def bench_ours(binary: str, path: Path, prompt: str, max_tokens: int, repeats: int):
+    prompts = path.parent / f"{path.name}.prompt.txt"
+    prompts.write_text(prompt.replace("\n", "\\n") + "\n")
+    out = subprocess.run(
+        [binary, "bench", "--json", "--model", str(path), "--prompts", str(prompts),
+         "--max-tokens", str(max_tokens), "--repeats", str(repeats)],
+        check=True, capture_output=True, text=True)
+    report = json.loads(out.stdout)["prompts"][0]
+    return {
+        "prompt_tokens": report["prompt_tokens"],
+        "completion_tokens": report["completion_tokens"],
+        "prefill": report["prefill_tokens_per_second"],
+        "decode": report["decode_tokens_per_second"],
+    }
+
+
+def weight_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.glob("model*.safetensors"))
+
+
+def bytes_read_per_token(path: Path) -> int:
+    """Every weight once, except the embedding table (one row per token)."""
+    embedding = 0
+    for f in path.glob("model*.safetensors"):
+        for name, array in mx.load(str(f)).items():
+            if "embed_tokens" in name:
+                embedding += array.nbytes
+    return weight_bytes(path) - embedding
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shape", choices=SHAPES, default="mid")
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--flashbar", default="target/release/flashbar")
+    parser.add_argument("--prompt-tokens", type=int, default=256)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--bandwidth", type=float, default=0.0,
+                        help="memory bandwidth in GB/s for the roofline (4800 for an H200)")
+    args = parser.parse_args()
+    path = args.dir or Path("target/bench") / f"{args.shape}-4bit"
+    if not (path / "config.json").is_file():
+        started = time.time()
+        write_checkpoint(path, SHAPES[args.shape])
+        print(f"wrote {path} in {time.time() - started:.0f} s", file=sys.stderr)
+
+    prompt = prompt_text(args.prompt_tokens)
+    theirs = bench_mlx_lm(path, prompt, args.max_tokens, args.repeats)
+    ours = bench_ours(args.flashbar, path, prompt, args.max_tokens, args.repeats)
+    if ours["prompt_tokens"] != theirs["prompt_tokens"]:
+        print(f"warning: prompt lengths differ: {ours['prompt_tokens']} vs {theirs['prompt_tokens']}")
+
+    print(f"{args.shape} 4-bit, {weight_bytes(path) / 1e9:.2f} GB of weights, "
+          f"device {mx.default_device()}, prompt {theirs['prompt_tokens']} tokens, "
+          f"{args.max_tokens} generated, median of {args.repeats}")
+    print(f"{'':10}{'flashbar':>12}{'mlx-lm':>12}{'ratio':>9}")
+    for key in ("prefill", "decode"):
+        print(f"{key + ' tok/s':<16}{ours[key]:>8.1f}{theirs[key]:>12.1f}{ours[key] / theirs[key]:>9.2f}x")
+    print(f"mlx-lm peak memory {theirs['peak_memory_gb']:.2f} GB")
+    if args.bandwidth > 0:
+        bytes_per_token = bytes_read_per_token(path)
+        for name, run in (("flashbar", ours), ("mlx-lm", theirs)):
+            fraction = bytes_per_token * run["decode"] / (args.bandwidth * 1e9)
+            print(f"{name} decode roofline: {100 * fraction:.1f}% of {args.bandwidth:.0f} GB/s")
+
+
+if __name__ == "__main__":
+    main()
