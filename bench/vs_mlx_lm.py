@@ -91,8 +91,10 @@ def bench_ours(binary: str, path: Path, prompt: str, max_tokens: int, repeats: i
         [binary, "bench", "--json", "--model", str(path), "--prompts", str(prompts),
          "--max-tokens", str(max_tokens), "--repeats", str(repeats)],
         check=True, capture_output=True, text=True)
-    report = json.loads(out.stdout)["prompts"][0]
+    whole = json.loads(out.stdout)
+    report = whole["prompts"][0]
     return {
+        "peak_memory_gb": whole["peak_memory_bytes"] / 1e9,
         "prompt_tokens": report["prompt_tokens"],
         "completion_tokens": report["completion_tokens"],
         "prefill": report["prefill_tokens_per_second"],
@@ -143,7 +145,7 @@ def main():
     print(f"{'':10}{'flashbar':>12}{'mlx-lm':>12}{'ratio':>9}")
     for key in ("prefill", "decode"):
         print(f"{key + ' tok/s':<16}{ours[key]:>8.1f}{theirs[key]:>12.1f}{ours[key] / theirs[key]:>9.2f}x")
-    print(f"mlx-lm peak memory {theirs['peak_memory_gb']:.2f} GB")
+    print(f"peak memory: flashbar {ours['peak_memory_gb']:.2f} GB, mlx-lm {theirs['peak_memory_gb']:.2f} GB")
     if args.bandwidth > 0:
         bytes_per_token = bytes_read_per_token(path)
         for name, run in (("flashbar", ours), ("mlx-lm", theirs)):

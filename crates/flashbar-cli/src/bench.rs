@@ -80,10 +80,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "model": dir,
             "device": backend,
             "prompts": reports,
+            "peak_memory_bytes": mlx_rs::memory::peak_memory()?,
         });
         println!("{json}");
     } else {
-        println!("model {} on {backend}", dir.display());
+        println!(
+            "model {} on {backend}, peak memory {:.2} GB",
+            dir.display(),
+            mlx_rs::memory::peak_memory()? as f64 / 1e9
+        );
         for r in &reports {
             println!(
                 "prompt {:>5} tok: prefill {:>9.1} tok/s | decode {:>3} tok: {:>8.1} tok/s",
