@@ -94,14 +94,73 @@ fn a_missing_model_folder() {
     assert!(stderr.contains("model not found"), "{stderr}");
 }
 
-#[test]
-fn a_corrupt_checkpoint_in_generate_and_doctor() {
+/// A private copy of the default model, to damage.
+fn default_model_copy() -> tempfile::TempDir {
     let temp = tempfile::tempdir().unwrap();
     let default = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default/target");
     for entry in std::fs::read_dir(default).unwrap() {
         let entry = entry.unwrap();
         std::fs::copy(entry.path(), temp.path().join(entry.file_name())).unwrap();
     }
+    temp
+}
+
+fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = dir.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(path, config.to_string()).unwrap();
+}
+
+#[test]
+fn config_problems_fail_generate_with_one_line() {
+    let cases: [(&str, fn(&mut serde_json::Value)); 3] = [
+        ("unsupported model_type \"llama\"", |c| {
+            c["model_type"] = "llama".into()
+        }),
+        ("missing field `num_hidden_layers`", |c| {
+            c["text_config"]
+                .as_object_mut()
+                .unwrap()
+                .remove("num_hidden_layers");
+        }),
+        ("has shape", |c| {
+            c["text_config"]["hidden_size"] = 128.into()
+        }),
+    ];
+    for (expected, edit) in cases {
+        let temp = default_model_copy();
+        edit_config(temp.path(), edit);
+        let stderr = one_line_failure(&flashbar(&[
+            "generate",
+            "--model",
+            temp.path().to_str().unwrap(),
+            "hi",
+        ]));
+        assert!(stderr.contains(expected), "{expected}: {stderr}");
+    }
+}
+
+#[test]
+fn a_prompt_longer_than_the_context() {
+    let temp = default_model_copy();
+    edit_config(temp.path(), |c| {
+        c["text_config"]["max_position_embeddings"] = 4.into()
+    });
+    let model = temp.path().to_str().unwrap();
+    let stderr = one_line_failure(&flashbar(&[
+        "generate",
+        "--model",
+        model,
+        "def fib(n): return n",
+    ]));
+    assert!(stderr.contains("the model's context is 4"), "{stderr}");
+}
+
+#[test]
+fn a_corrupt_checkpoint_in_generate_and_doctor() {
+    let temp = default_model_copy();
     let weights = temp.path().join("model.safetensors");
     let bytes = std::fs::read(&weights).unwrap();
     std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
