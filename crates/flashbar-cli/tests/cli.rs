@@ -105,6 +105,9 @@ fn default_model_copy() -> tempfile::TempDir {
     temp
 }
 
+/// A change to a config.json.
+type ConfigEdit = fn(&mut serde_json::Value);
+
 fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     let path = dir.join("config.json");
     let mut config: serde_json::Value =
@@ -115,7 +118,7 @@ fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
 
 #[test]
 fn config_problems_fail_generate_with_one_line() {
-    let cases: [(&str, fn(&mut serde_json::Value)); 3] = [
+    let cases: [(&str, ConfigEdit); 3] = [
         ("unsupported model_type \"llama\"", |c| {
             c["model_type"] = "llama".into()
         }),
