@@ -17,7 +17,7 @@ stamp="$fixtures/.generator.sha256"
 if ! sha256sum --status -c "$stamp" 2>/dev/null; then
   rm -rf "$fixtures" && mkdir -p "$fixtures"
   .venv/bin/python tests/fixtures/make_fixtures.py "$fixtures" >/dev/null
-  sha256sum tests/fixtures/make_fixtures.py > "$stamp"
+  sha256sum tests/fixtures/*.py > "$stamp"
 fi
 
 echo "== cargo test"

@@ -242,7 +242,7 @@ fn rope_of(text: &TextConfig) -> Result<Rope, String> {
     })
 }
 
-fn parse_quantization(root: &serde_json::Value) -> Result<Quantization, String> {
+pub(crate) fn parse_quantization(root: &serde_json::Value) -> Result<Quantization, String> {
     let Some(value) = root
         .get("quantization")
         .or_else(|| root.get("quantization_config"))

@@ -33,6 +33,8 @@ pub enum ModelError {
         found: String,
         expected: &'static str,
     },
+    #[error("{dir}: this drafter does not fit the target: {reason}")]
+    Incompatible { dir: PathBuf, reason: String },
     #[error("MLX: {0}")]
     Mlx(#[from] mlx_rs::error::Exception),
 }

@@ -4,15 +4,21 @@
 //! - [`checkpoint`]: safetensors headers, checked before loading, and names;
 //! - [`spec`]: the tensors a config requires, with shapes and dtypes;
 //! - [`nn`]: layers (Gated DeltaNet, gated attention, MLP, MoE, linear maps);
-//! - [`qwen3_5`], [`qwen3_5_moe`]: the architectures, with their caches.
+//! - [`qwen3_5`], [`qwen3_5_moe`]: the architectures, with their caches, tap
+//!   outputs for a drafter, and the verify tape + rollback;
+//! - [`dflash`], [`dflash_config`]: the DFlash drafter and its fit to a target.
 
 pub mod checkpoint;
 pub mod config;
+pub mod dflash;
+pub mod dflash_config;
 pub mod error;
 pub mod nn;
 pub mod qwen3_5;
 pub mod qwen3_5_moe;
 pub mod spec;
 
+pub use dflash::{DraftCache, Drafter};
+pub use dflash_config::DrafterConfig;
 pub use error::{ModelError, Result};
-pub use qwen3_5::{LayerCache, Model};
+pub use qwen3_5::{LayerCache, Model, Tape};

@@ -6,13 +6,14 @@ use crate::checkpoint::Checkpoint;
 use crate::config::{Architecture, ModelConfig};
 use crate::error::{ModelError, Result};
 use crate::nn::attention::{Attention, KvCache};
-use crate::nn::gated_delta::{GatedDeltaNet, GdnState};
+use crate::nn::gated_delta::{GatedDeltaNet, GdnState, GdnTape};
 use crate::nn::linear::{Embedding, Linear, Weights};
 use crate::nn::mlp::Mlp;
 use crate::nn::moe::SparseMoe;
 use crate::qwen3_5_moe;
 use crate::spec::{self, Header};
 use mlx_rs::fast::rms_norm;
+use mlx_rs::ops::concatenate;
 use mlx_rs::Array;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -143,13 +144,94 @@ impl Model {
 
     /// Logits `[B, L, vocab]` for `tokens` `[B, L]`, continuing from `cache`.
     pub fn forward(&self, tokens: &Array, cache: &mut [LayerCache]) -> Result<Array> {
+        Ok(self.run(tokens, cache, &[], false)?.logits)
+    }
+
+    /// [`Model::forward`], also returning the outputs of the layers `taps`
+    /// (0-based), concatenated in that order: `[B, L, taps.len() * hidden]`.
+    pub fn forward_with_taps(
+        &self,
+        tokens: &Array,
+        cache: &mut [LayerCache],
+        taps: &[usize],
+    ) -> Result<(Array, Array)> {
+        let out = self.run(tokens, cache, taps, false)?;
+        Ok((out.logits, out.taps.expect("taps requested")))
+    }
+
+    /// The verify forward of a drafted block: logits, taps, and the tape that
+    /// lets [`Model::rollback`] keep any prefix of the block.
+    pub fn verify(
+        &self,
+        tokens: &Array,
+        cache: &mut [LayerCache],
+        taps: &[usize],
+    ) -> Result<(Array, Array, Tape)> {
+        let out = self.run(tokens, cache, taps, true)?;
+        let tape = Tape {
+            layers: out.tapes,
+            tokens: tokens.shape()[1],
+        };
+        Ok((out.logits, out.taps.expect("taps requested"), tape))
+    }
+
+    /// Makes `cache` hold only the first `accepted` tokens of the verified
+    /// block: attention KV trimmed, GDN state replayed from the tape.
+    pub fn rollback(&self, cache: &mut [LayerCache], tape: &Tape, accepted: usize) -> Result<()> {
+        let accepted = accepted as i32;
+        if accepted >= tape.tokens {
+            return Ok(());
+        }
+        for (state, layer_tape) in cache.iter_mut().zip(&tape.layers) {
+            match (state, layer_tape) {
+                (LayerCache::Kv(kv), None) => kv.trim(tape.tokens - accepted),
+                (LayerCache::Gdn(s), Some(t)) => t.rollback(s, accepted)?,
+                _ => return Err(mismatched_cache()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The target's token embedding (the drafter borrows it).
+    pub fn embed(&self, tokens: &Array) -> Result<Array> {
+        self.embed_tokens.lookup(tokens)
+    }
+
+    /// The target's output head on final-normed hidden states (the drafter borrows it).
+    pub fn lm_head(&self, h: &Array) -> Result<Array> {
+        match &self.lm_head {
+            Some(head) => head.forward(h),
+            None => self.embed_tokens.as_linear(h),
+        }
+    }
+
+    fn run(
+        &self,
+        tokens: &Array,
+        cache: &mut [LayerCache],
+        taps: &[usize],
+        record: bool,
+    ) -> Result<RunOutput> {
         let eps = self.config.text.rms_norm_eps;
         let mut h = self.embed_tokens.lookup(tokens)?;
-        for (layer, state) in self.layers.iter().zip(cache.iter_mut()) {
+        let mut tapped: Vec<Option<Array>> = vec![None; taps.len()];
+        let mut tapes = Vec::with_capacity(if record { self.layers.len() } else { 0 });
+        for (index, (layer, state)) in self.layers.iter().zip(cache.iter_mut()).enumerate() {
             let x = rms_norm(&h, Some(&layer.input_layernorm), eps)?;
             let mixed = match (&layer.mixer, state) {
-                (Mixer::Linear(gdn), LayerCache::Gdn(s)) => gdn.forward(&x, s)?,
-                (Mixer::Attention(attn), LayerCache::Kv(kv)) => attn.forward(&x, kv)?,
+                (Mixer::Linear(gdn), LayerCache::Gdn(s)) => {
+                    let (out, tape) = gdn.forward_recording(&x, s, record)?;
+                    if record {
+                        tapes.push(tape);
+                    }
+                    out
+                }
+                (Mixer::Attention(attn), LayerCache::Kv(kv)) => {
+                    if record {
+                        tapes.push(None);
+                    }
+                    attn.forward(&x, kv)?
+                }
                 _ => return Err(mismatched_cache()),
             };
             h = h.add(mixed)?;
@@ -159,13 +241,42 @@ impl Model {
                 FeedForward::Moe(moe) => moe.forward(&x)?,
             };
             h = h.add(ff)?;
+            for (slot, _) in taps.iter().enumerate().filter(|(_, &id)| id == index) {
+                tapped[slot] = Some(h.clone());
+            }
         }
+        let taps = if taps.is_empty() {
+            None
+        } else {
+            let tapped: Option<Vec<Array>> = tapped.into_iter().collect();
+            let tapped = tapped.ok_or_else(|| {
+                ModelError::Mlx(mlx_rs::error::Exception::custom(format!(
+                    "tap layer out of range (the model has {} layers)",
+                    self.layers.len()
+                )))
+            })?;
+            Some(concatenate(&tapped, -1)?)
+        };
         let h = rms_norm(&h, Some(&self.norm), eps)?;
-        match &self.lm_head {
-            Some(head) => head.forward(&h),
-            None => self.embed_tokens.as_linear(&h),
-        }
+        Ok(RunOutput {
+            logits: self.lm_head(&h)?,
+            taps,
+            tapes,
+        })
     }
+}
+
+struct RunOutput {
+    logits: Array,
+    taps: Option<Array>,
+    tapes: Vec<Option<GdnTape>>,
+}
+
+/// Everything [`Model::rollback`] needs from one verify forward.
+pub struct Tape {
+    /// One entry per layer: the GDN tape, or None for attention (KV is trimmed).
+    layers: Vec<Option<GdnTape>>,
+    tokens: i32,
 }
 
 fn mismatched_cache() -> ModelError {

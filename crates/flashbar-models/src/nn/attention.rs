@@ -5,6 +5,7 @@ use crate::config::{Rope, TextConfig};
 use crate::error::Result;
 use crate::nn::linear::{Linear, Weights};
 use mlx_rs::fast::{rms_norm, rope, scaled_dot_product_attention, ScaledDotProductAttentionMask};
+use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{concatenate, sigmoid, split_equal};
 use mlx_rs::Array;
 
@@ -23,6 +24,14 @@ impl KvCache {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Drops the last `count` positions (a rejected part of a verified block).
+    pub fn trim(&mut self, count: i32) {
+        let keep = (self.len() - count).max(0);
+        let cut = |a: &Array| a.index((.., .., ..keep, ..));
+        self.keys = self.keys.as_ref().map(cut);
+        self.values = self.values.as_ref().map(cut);
     }
 
     fn append(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {

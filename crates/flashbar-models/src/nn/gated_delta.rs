@@ -23,6 +23,43 @@ pub struct GdnState {
     pub ssm: Option<Array>,
 }
 
+/// What a verify forward records so the layer can roll back to any prefix
+/// without recomputing projections, conv or norms (REFERENCE.md, "tape").
+#[derive(Clone)]
+pub struct GdnTape {
+    /// The previous conv state followed by the T raw qkv rows `[B, K-1+T, C]`.
+    conv_input: Array,
+    /// The recurrent state before the forward.
+    ssm_before: Array,
+    /// Normalized keys `[B, T, Hk, Dk]`, decays `[B, T, Hv]`, and the per-step
+    /// updates `delta_t` `[B, T, Hv, Dv]`.
+    k: Array,
+    g: Array,
+    delta: Array,
+    conv_kernel: i32,
+}
+
+impl GdnTape {
+    /// `state` as if only the first `accepted` of the recorded tokens had
+    /// been fed: S <- g_t S + k_t delta_t^T replayed for t < accepted, and
+    /// the conv state rebuilt from the raw rows.
+    pub fn rollback(&self, state: &mut GdnState, accepted: i32) -> Result<()> {
+        state.conv = Some(
+            self.conv_input
+                .index((.., accepted..(accepted + self.conv_kernel - 1), ..))
+                .contiguous()?,
+        );
+        state.ssm = Some(replay(
+            &self.ssm_before,
+            &self.k,
+            &self.g,
+            &self.delta,
+            accepted,
+        )?);
+        Ok(())
+    }
+}
+
 pub struct GatedDeltaNet {
     in_proj_qkv: Linear,
     in_proj_z: Linear,
@@ -65,6 +102,16 @@ impl GatedDeltaNet {
 
     /// `x`: `[B, S, hidden]`; advances `state` by S tokens.
     pub fn forward(&self, x: &Array, state: &mut GdnState) -> Result<Array> {
+        Ok(self.forward_recording(x, state, false)?.0)
+    }
+
+    /// [`Self::forward`], also returning the rollback tape when `record`.
+    pub fn forward_recording(
+        &self,
+        x: &Array,
+        state: &mut GdnState,
+        record: bool,
+    ) -> Result<(Array, Option<GdnTape>)> {
         let (b, s) = (x.shape()[0], x.shape()[1]);
         let (hk, hv, dk, dv) = (
             self.num_k_heads,
@@ -85,6 +132,7 @@ impl GatedDeltaNet {
             None => zeros_dtype(&[b, self.conv_kernel - 1, conv_dim], x.dtype())?,
         };
         let conv_input = concatenate(&[conv_state, qkv], 1)?;
+        let conv_for_tape = record.then(|| conv_input.clone());
         let total = conv_input.shape()[1];
         state.conv = Some(
             conv_input
@@ -108,14 +156,25 @@ impl GatedDeltaNet {
             Some(s) => s.clone(),
             None => zeros_dtype(&[b, hv, dv, dk], Dtype::Float32)?,
         };
-        let (y, ssm) = recurrence(&q, &k, &v, &g, &beta, ssm)?;
-        state.ssm = Some(ssm);
+        let (y, new_ssm, delta) = recurrence(&q, &k, &v, &g, &beta, ssm.clone(), record)?;
+        state.ssm = Some(new_ssm);
+        let tape = match (conv_for_tape, delta) {
+            (Some(conv_input), Some(delta)) => Some(GdnTape {
+                conv_input,
+                ssm_before: ssm,
+                k,
+                g,
+                delta,
+                conv_kernel: self.conv_kernel,
+            }),
+            _ => None,
+        };
 
         let normed = rms_norm(&y, Some(&self.norm_weight), self.eps)?;
         let gated = silu(z.as_dtype(Dtype::Float32)?)?
             .multiply(normed.as_dtype(Dtype::Float32)?)?
             .as_dtype(y.dtype())?;
-        self.out_proj.forward(&gated.reshape(&[b, s, -1])?)
+        Ok((self.out_proj.forward(&gated.reshape(&[b, s, -1])?)?, tape))
     }
 }
 
@@ -133,7 +192,8 @@ pub fn normalize_qk(q: &Array, k: &Array, head_k_dim: i32) -> Result<(Array, Arr
 
 /// The gated delta recurrence, one token at a time with MLX ops.
 /// q, k: `[B, T, Hk, Dk]`; v: `[B, T, Hv, Dv]`; g, beta: `[B, T, Hv]`;
-/// state: `[B, Hv, Dv, Dk]` f32. Returns y `[B, T, Hv, Dv]` and the new state.
+/// state: `[B, Hv, Dv, Dk]` f32. Returns y `[B, T, Hv, Dv]`, the new state,
+/// and (when `record`) every step's delta `[B, T, Hv, Dv]`.
 pub fn recurrence(
     q: &Array,
     k: &Array,
@@ -141,18 +201,12 @@ pub fn recurrence(
     g: &Array,
     beta: &Array,
     mut state: Array,
-) -> Result<(Array, Array)> {
-    let repeat = v.shape()[2] / q.shape()[2];
-    let (q, k) = if repeat > 1 {
-        (
-            repeat_axis::<f32>(q.clone(), repeat, 2)?,
-            repeat_axis::<f32>(k.clone(), repeat, 2)?,
-        )
-    } else {
-        (q.clone(), k.clone())
-    };
+    record: bool,
+) -> Result<(Array, Array, Option<Array>)> {
+    let (q, k) = (repeat_heads(q, v)?, repeat_heads(k, v)?);
     let steps = q.shape()[1];
     let mut ys = Vec::with_capacity(steps as usize);
+    let mut deltas = Vec::with_capacity(if record { steps as usize } else { 0 });
     for t in 0..steps {
         let q_t = q.index((.., t)); // [B, H, Dk]
         let k_t = k.index((.., t)).expand_dims(-2)?; // [B, H, 1, Dk]
@@ -166,8 +220,41 @@ pub fn recurrence(
         state = state.add(k_t.multiply(delta.expand_dims(-1)?)?)?;
         let y = state.multiply(q_t.expand_dims(-2)?)?.sum_axis(-1, false)?;
         ys.push(y);
+        if record {
+            deltas.push(delta);
+        }
     }
-    Ok((stack(&ys, 1)?, state))
+    let deltas = if record {
+        Some(stack(&deltas, 1)?)
+    } else {
+        None
+    };
+    Ok((stack(&ys, 1)?, state, deltas))
+}
+
+/// The state after `steps` recorded steps: S <- g_t S; S <- S + k_t delta_t^T,
+/// with exactly the ops (and so the rounding) of [`recurrence`].
+pub fn replay(state: &Array, k: &Array, g: &Array, delta: &Array, steps: i32) -> Result<Array> {
+    let k = repeat_heads(k, delta)?;
+    let mut state = state.clone();
+    for t in 0..steps {
+        let k_t = k.index((.., t)).expand_dims(-2)?;
+        let g_t = g.index((.., t)).expand_dims_axes(&[-1, -2])?;
+        let delta_t = delta.index((.., t));
+        state = state.multiply(&g_t)?;
+        state = state.add(k_t.multiply(delta_t.expand_dims(-1)?)?)?;
+    }
+    Ok(state)
+}
+
+/// Key heads repeated to the value heads' count (value head h reads key head h / r).
+fn repeat_heads(x: &Array, values: &Array) -> Result<Array> {
+    let repeat = values.shape()[2] / x.shape()[2];
+    Ok(if repeat > 1 {
+        repeat_axis::<f32>(x.clone(), repeat, 2)?
+    } else {
+        x.clone()
+    })
 }
 
 use mlx_rs::ops::indexing::IndexOp;

@@ -29,7 +29,11 @@ pub fn reference(name: &str) -> HashMap<String, Array> {
 }
 
 pub fn host_f32(array: &Array) -> Vec<f32> {
-    let array = array.as_dtype(mlx_rs::Dtype::Float32).unwrap();
+    let array = array
+        .as_dtype(mlx_rs::Dtype::Float32)
+        .unwrap()
+        .contiguous()
+        .unwrap();
     array.eval().unwrap();
     array.as_slice::<f32>().to_vec()
 }

@@ -1,0 +1,314 @@
+//! The DFlash drafter (z-lab `DFlashDraftModel`): a few pre-norm decoder
+//! layers that propose a whole block of tokens in one forward.
+//!
+//! - Context: the target's tap hidden states, fused by `fc` + `hidden_norm`
+//!   into `h_ctx`, which every layer projects with its own `k_proj`/`v_proj`
+//!   (k_norm, RoPE at absolute positions) into a per-layer context cache.
+//!   The cache only ever receives committed positions.
+//! - Block: `[last token, mask x (bs-1)]`, embedded with the target's
+//!   embedding; its queries attend to the context and to the whole block
+//!   (bidirectional, or causal in sliding layers unless `is_causal` says
+//!   otherwise). Block keys are not cached.
+//! - Logits of positions 1.. through the target's lm_head.
+
+use crate::checkpoint::Checkpoint;
+use crate::dflash_config::DrafterConfig;
+use crate::error::{ModelError, Result};
+use crate::nn::linear::{Linear, Weights};
+use crate::nn::mlp::Mlp;
+use crate::Model;
+use mlx_rs::fast::{rms_norm, rope, scaled_dot_product_attention, ScaledDotProductAttentionMask};
+use mlx_rs::ops::indexing::IndexOp;
+use mlx_rs::ops::{concatenate, tanh};
+use mlx_rs::Array;
+use std::path::Path;
+
+pub struct Drafter {
+    config: DrafterConfig,
+    fc: Linear,
+    hidden_norm: Array,
+    layers: Vec<DraftLayer>,
+    norm: Array,
+}
+
+struct DraftLayer {
+    attention: DraftAttention,
+    mlp: Mlp,
+    input_layernorm: Array,
+    post_attention_layernorm: Array,
+}
+
+struct DraftAttention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Array,
+    k_norm: Array,
+    heads: i32,
+    kv_heads: i32,
+    head_dim: i32,
+    window: Option<i32>,
+    causal: bool,
+}
+
+/// One layer's context keys/values `[B, kv_heads, rows, head_dim]`; the rows
+/// are the most recent context positions (all of them, or a window's tail).
+#[derive(Clone, Default)]
+struct ContextKv {
+    keys: Option<Array>,
+    values: Option<Array>,
+}
+
+/// The drafter's context cache: what it has seen of the committed sequence.
+#[derive(Clone, Default)]
+pub struct DraftCache {
+    layers: Vec<ContextKv>,
+    /// Committed positions fed so far (the absolute position of the next one).
+    positions: i32,
+}
+
+impl DraftCache {
+    pub fn positions(&self) -> usize {
+        self.positions as usize
+    }
+}
+
+impl Drafter {
+    /// Loads a drafter folder and checks it fits `target`.
+    pub fn load(dir: &Path, target: &Model) -> Result<Self> {
+        let (config, checkpoint) = Self::check(dir, target)?;
+        let arrays = checkpoint.load()?;
+        let mut weights = Weights::new(arrays, config.quantization.clone());
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        for i in 0..config.num_hidden_layers {
+            let p = format!("layers.{i}");
+            let a = format!("{p}.self_attn");
+            layers.push(DraftLayer {
+                attention: DraftAttention {
+                    q_proj: Linear::load(&mut weights, &format!("{a}.q_proj"))?,
+                    k_proj: Linear::load(&mut weights, &format!("{a}.k_proj"))?,
+                    v_proj: Linear::load(&mut weights, &format!("{a}.v_proj"))?,
+                    o_proj: Linear::load(&mut weights, &format!("{a}.o_proj"))?,
+                    q_norm: weights.take(&format!("{a}.q_norm.weight"))?,
+                    k_norm: weights.take(&format!("{a}.k_norm.weight"))?,
+                    heads: config.num_attention_heads as i32,
+                    kv_heads: config.num_key_value_heads as i32,
+                    head_dim: config.head_dim as i32,
+                    window: config.window(i).map(|w| w as i32),
+                    causal: config.causal(i),
+                },
+                mlp: Mlp::load(&mut weights, &format!("{p}.mlp"))?,
+                input_layernorm: weights.take(&format!("{p}.input_layernorm.weight"))?,
+                post_attention_layernorm: weights
+                    .take(&format!("{p}.post_attention_layernorm.weight"))?,
+            });
+        }
+        let drafter = Drafter {
+            fc: Linear::load(&mut weights, "fc")?,
+            hidden_norm: weights.take("hidden_norm.weight")?,
+            norm: weights.take("norm.weight")?,
+            layers,
+            config,
+        };
+        if let Some(extra) = weights.leftover() {
+            return Err(ModelError::UnexpectedTensor(extra.clone()));
+        }
+        Ok(drafter)
+    }
+
+    /// The config and checkpoint headers, if they parse and fit `target`
+    /// (no tensor data is read).
+    pub fn check(dir: &Path, target: &Model) -> Result<(DrafterConfig, Checkpoint)> {
+        let config = DrafterConfig::load(dir)?;
+        let incompatible = |reason: String| ModelError::Incompatible {
+            dir: dir.to_owned(),
+            reason,
+        };
+        config.check_target(target.config()).map_err(incompatible)?;
+        let checkpoint = Checkpoint::open(dir)?;
+        let fc = checkpoint
+            .tensors
+            .get("fc.weight")
+            .ok_or_else(|| ModelError::MissingTensor("fc.weight".into()))?;
+        // Packed quantized rows hold 32/bits values per u32.
+        let per_element = match config.quant_of("fc") {
+            Some(q) if checkpoint.tensors.contains_key("fc.scales") => 32 / q.bits,
+            _ => 1,
+        };
+        let width = fc.shape.get(1).copied().unwrap_or(0) * per_element;
+        let expected = config.target_layer_ids.len() * target.config().text.hidden_size;
+        if fc.shape.first() != Some(&config.hidden_size) || width != expected {
+            return Err(incompatible(format!(
+                "fc.weight takes {width} inputs, but {} taps of the target's hidden size make {expected}",
+                config.target_layer_ids.len()
+            )));
+        }
+        Ok((config, checkpoint))
+    }
+
+    pub fn config(&self) -> &DrafterConfig {
+        &self.config
+    }
+
+    pub fn new_cache(&self) -> DraftCache {
+        DraftCache {
+            layers: vec![ContextKv::default(); self.layers.len()],
+            positions: 0,
+        }
+    }
+
+    /// Draft logits `[B, bs-1, vocab]` for `block` `[B, bs]`, after appending
+    /// `taps` `[B, S, n_taps*hidden]` (the next S committed positions) to the
+    /// context. `target` lends its embedding and lm_head.
+    pub fn forward(
+        &self,
+        target: &Model,
+        block: &Array,
+        taps: &Array,
+        cache: &mut DraftCache,
+    ) -> Result<Array> {
+        let c = &self.config;
+        let mut h = target.embed(block)?;
+        if c.input_embedding_scale != 1.0 {
+            h = h.multiply(Array::from_f32(c.input_embedding_scale).as_dtype(h.dtype())?)?;
+        }
+        let context = rms_norm(
+            &self.fc.forward(taps)?,
+            Some(&self.hidden_norm),
+            c.rms_norm_eps,
+        )?;
+        let start = cache.positions;
+        for (layer, kv) in self.layers.iter().zip(cache.layers.iter_mut()) {
+            let x = rms_norm(&h, Some(&layer.input_layernorm), c.rms_norm_eps)?;
+            h = h.add(layer.attention.forward(&x, &context, start, kv, c)?)?;
+            let x = rms_norm(&h, Some(&layer.post_attention_layernorm), c.rms_norm_eps)?;
+            h = h.add(layer.mlp.forward(&x)?)?;
+        }
+        cache.positions += taps.shape()[1];
+        let h = rms_norm(&h.index((.., 1..)), Some(&self.norm), c.rms_norm_eps)?;
+        let mut logits = target.lm_head(&h)?;
+        if c.output_multiplier != 1.0 {
+            logits =
+                logits.multiply(Array::from_f32(c.output_multiplier).as_dtype(logits.dtype())?)?;
+        }
+        if let Some(cap) = c.final_logit_softcapping {
+            let cap = Array::from_f32(cap).as_dtype(logits.dtype())?;
+            logits = tanh(logits.divide(&cap)?)?.multiply(&cap)?;
+        }
+        Ok(logits)
+    }
+}
+
+impl DraftAttention {
+    /// `x`: the block `[B, L, hidden]`; `context`: S new committed positions
+    /// starting at absolute position `start`.
+    fn forward(
+        &self,
+        x: &Array,
+        context: &Array,
+        start: i32,
+        kv: &mut ContextKv,
+        config: &DrafterConfig,
+    ) -> Result<Array> {
+        let (b, l) = (x.shape()[0], x.shape()[1]);
+        let mut context = context.clone();
+        let mut context_start = start;
+        let s_all = context.shape()[1];
+        // A window only ever needs its last `window - 1` context rows.
+        if let Some(window) = self.window {
+            if s_all > window - 1 {
+                let skip = s_all - (window - 1);
+                context = context.index((.., skip..));
+                context_start += skip;
+            }
+        }
+        let s = context.shape()[1];
+        let block_start = start + s_all;
+        let eps = config.rms_norm_eps;
+        let heads = |t: Array, n: i32, rows: i32| t.reshape(&[b, rows, n, -1]);
+        let queries = rms_norm(
+            &heads(self.q_proj.forward(x)?, self.heads, l)?,
+            Some(&self.q_norm),
+            eps,
+        )?
+        .transpose_axes(&[0, 2, 1, 3])?;
+        let project_keys = |t: &Array, rows: i32| -> Result<Array> {
+            Ok(rms_norm(
+                &heads(self.k_proj.forward(t)?, self.kv_heads, rows)?,
+                Some(&self.k_norm),
+                eps,
+            )?
+            .transpose_axes(&[0, 2, 1, 3])?)
+        };
+        let project_values = |t: &Array, rows: i32| -> Result<Array> {
+            Ok(heads(self.v_proj.forward(t)?, self.kv_heads, rows)?
+                .transpose_axes(&[0, 2, 1, 3])?)
+        };
+        let rotate = |t: &Array, offset: i32| -> Result<Array> {
+            Ok(rope(
+                t,
+                self.head_dim,
+                false,
+                config.rope_theta,
+                config.rope_scale,
+                offset,
+                None,
+            )?)
+        };
+        let queries = rotate(&queries, block_start)?;
+        let block_keys = rotate(&project_keys(x, l)?, block_start)?;
+        let block_values = project_values(x, l)?;
+        let new_keys = rotate(&project_keys(&context, s)?, context_start)?;
+        let new_values = project_values(&context, s)?;
+        let (ctx_keys, ctx_values) = match (&kv.keys, &kv.values) {
+            (Some(k), Some(v)) if s > 0 => (
+                concatenate(&[k, &new_keys], 2)?,
+                concatenate(&[v, &new_values], 2)?,
+            ),
+            (Some(k), Some(v)) => (k.clone(), v.clone()),
+            _ => (new_keys, new_values),
+        };
+        let ctx_len = ctx_keys.shape()[2];
+        let keys = concatenate(&[&ctx_keys, &block_keys], 2)?;
+        let values = concatenate(&[&ctx_values, &block_values], 2)?;
+        let mask = self.mask(l, ctx_len)?;
+        let scale = (self.head_dim as f32).powf(-0.5);
+        let out = scaled_dot_product_attention(
+            &queries,
+            &keys,
+            &values,
+            scale,
+            mask.as_ref().map(ScaledDotProductAttentionMask::Array),
+            None,
+        )?;
+        // Keep what the next round can still see.
+        let keep = self.window.map_or(ctx_len, |w| ctx_len.min(w - 1));
+        kv.keys = Some(ctx_keys.index((.., .., (ctx_len - keep)..)));
+        kv.values = Some(ctx_values.index((.., .., (ctx_len - keep)..)));
+        let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
+        self.o_proj.forward(&out)
+    }
+
+    /// Which keys each block query sees, `[L, ctx_len + L]` (None = all).
+    /// Context rows are the latest `ctx_len` positions before the block.
+    fn mask(&self, l: i32, ctx_len: i32) -> Result<Option<Array>> {
+        if self.window.is_none() && !self.causal {
+            return Ok(None);
+        }
+        let total = ctx_len + l;
+        let mut allowed = Vec::with_capacity((l * total) as usize);
+        for i in 0..l {
+            let query = ctx_len + i;
+            for key in 0..total {
+                let visible = if key < ctx_len {
+                    self.window.is_none_or(|w| query - key < w)
+                } else {
+                    !self.causal || key <= query
+                };
+                allowed.push(visible);
+            }
+        }
+        Ok(Some(Array::from_slice(&allowed, &[l, total])))
+    }
+}

@@ -1,0 +1,348 @@
+//! A DFlash drafter's `config.json` (z-lab format; modal-labs checkpoints use
+//! the same keys), and the checks that it fits a target.
+
+use crate::config::{ModelConfig, QuantParams, Quantization};
+use crate::error::{ModelError, Result};
+use serde::Deserialize;
+use std::path::Path;
+
+/// Attention span of one drafter layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    Full,
+    /// Sees the last `window` context positions (absolute positions).
+    Sliding,
+}
+
+#[derive(Clone, Debug)]
+pub struct DrafterConfig {
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub head_dim: usize,
+    pub intermediate_size: usize,
+    pub vocab_size: usize,
+    pub rms_norm_eps: f32,
+    pub rope_theta: f32,
+    /// Position scale (1/factor for "linear" rope scaling, else 1).
+    pub rope_scale: f32,
+    pub block_size: usize,
+    pub num_target_layers: usize,
+    /// Target layers whose outputs feed the drafter, in concatenation order.
+    pub target_layer_ids: Vec<usize>,
+    pub mask_token_id: u32,
+    pub layer_kinds: Vec<LayerKind>,
+    pub sliding_window: Option<usize>,
+    /// `None`: sliding layers are causal inside the block, full ones are not.
+    pub is_causal: Option<bool>,
+    pub input_embedding_scale: f32,
+    pub output_multiplier: f32,
+    pub final_logit_softcapping: Option<f32>,
+    pub quantization: Quantization,
+}
+
+/// The keys as they appear in config.json.
+#[derive(Deserialize)]
+struct RawConfig {
+    hidden_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: usize,
+    head_dim: Option<usize>,
+    intermediate_size: usize,
+    vocab_size: usize,
+    #[serde(default = "default_eps")]
+    rms_norm_eps: f32,
+    rope_theta: Option<f32>,
+    rope_scaling: Option<RawRope>,
+    rope_parameters: Option<RawRope>,
+    block_size: Option<usize>,
+    num_target_layers: usize,
+    layer_types: Option<Vec<String>>,
+    sliding_window: Option<usize>,
+    is_causal: Option<bool>,
+    final_logit_softcapping: Option<f32>,
+    #[serde(default)]
+    architectures: Vec<String>,
+    #[serde(default)]
+    dflash_config: RawDflash,
+}
+
+#[derive(Deserialize, Default)]
+struct RawDflash {
+    target_layer_ids: Option<Vec<usize>>,
+    mask_token_id: Option<u32>,
+    block_size: Option<usize>,
+    input_embedding_scale: Option<f32>,
+    output_multiplier: Option<f32>,
+    final_logit_softcapping: Option<f32>,
+    #[serde(default)]
+    conv_kernel_size: usize,
+    #[serde(default)]
+    selector_rank: usize,
+}
+
+#[derive(Deserialize, Clone)]
+struct RawRope {
+    #[serde(alias = "type")]
+    rope_type: Option<String>,
+    rope_theta: Option<f32>,
+    factor: Option<f32>,
+}
+
+impl DrafterConfig {
+    pub fn load(dir: &Path) -> Result<Self> {
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|reason| ModelError::Config { path, reason })
+    }
+
+    pub fn parse(json: &str) -> Result<Self, String> {
+        let raw: RawConfig = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        let d = &raw.dflash_config;
+        if raw.architectures.iter().any(|a| a == "DFlash2DraftModel")
+            || d.conv_kernel_size > 0
+            || d.selector_rank > 0
+        {
+            return Err(
+                "DFlash2 drafters (dynamic convolutions, candidate selector) are not supported"
+                    .into(),
+            );
+        }
+        let positive = [
+            ("hidden_size", raw.hidden_size),
+            ("num_hidden_layers", raw.num_hidden_layers),
+            ("num_attention_heads", raw.num_attention_heads),
+            ("num_key_value_heads", raw.num_key_value_heads),
+            ("vocab_size", raw.vocab_size),
+            ("num_target_layers", raw.num_target_layers),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("`{name}` must be positive"));
+        }
+        if !raw
+            .num_attention_heads
+            .is_multiple_of(raw.num_key_value_heads)
+        {
+            return Err("num_attention_heads must be a multiple of num_key_value_heads".into());
+        }
+        let rope = raw.rope_parameters.clone().or(raw.rope_scaling.clone());
+        let rope_scale = match rope.as_ref().and_then(|r| r.rope_type.as_deref()) {
+            None | Some("default") => 1.0,
+            Some("linear") => {
+                let factor = rope
+                    .as_ref()
+                    .and_then(|r| r.factor)
+                    .filter(|f| *f > 0.0)
+                    .ok_or("linear rope_scaling needs a positive `factor`")?;
+                1.0 / factor
+            }
+            Some(other) => {
+                return Err(format!(
+                    "unsupported rope_scaling type {other:?} (default, linear)"
+                ))
+            }
+        };
+        let layer_kinds = match &raw.layer_types {
+            None => vec![LayerKind::Full; raw.num_hidden_layers],
+            Some(types) => types
+                .iter()
+                .map(|t| match t.as_str() {
+                    "full_attention" => Ok(LayerKind::Full),
+                    "sliding_attention" => Ok(LayerKind::Sliding),
+                    other => Err(format!("unsupported layer type {other:?}")),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        if layer_kinds.len() != raw.num_hidden_layers {
+            return Err("layer_types must have one entry per layer".into());
+        }
+        if layer_kinds.contains(&LayerKind::Sliding) && raw.sliding_window.unwrap_or(0) < 2 {
+            return Err("sliding_attention layers need a sliding_window of at least 2".into());
+        }
+        let block_size = d.block_size.or(raw.block_size).unwrap_or(16);
+        if block_size < 2 {
+            return Err(format!("block_size must be at least 2, got {block_size}"));
+        }
+        let target_layer_ids = d
+            .target_layer_ids
+            .clone()
+            .unwrap_or_else(|| default_taps(raw.num_target_layers, raw.num_hidden_layers));
+        if target_layer_ids.is_empty() {
+            return Err("dflash_config.target_layer_ids is empty".into());
+        }
+        let root: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        Ok(DrafterConfig {
+            head_dim: raw
+                .head_dim
+                .unwrap_or(raw.hidden_size / raw.num_attention_heads),
+            hidden_size: raw.hidden_size,
+            num_hidden_layers: raw.num_hidden_layers,
+            num_attention_heads: raw.num_attention_heads,
+            num_key_value_heads: raw.num_key_value_heads,
+            intermediate_size: raw.intermediate_size,
+            vocab_size: raw.vocab_size,
+            rms_norm_eps: raw.rms_norm_eps,
+            rope_theta: raw
+                .rope_theta
+                .or(rope.as_ref().and_then(|r| r.rope_theta))
+                .unwrap_or(10_000.0),
+            rope_scale,
+            block_size,
+            num_target_layers: raw.num_target_layers,
+            target_layer_ids,
+            mask_token_id: d
+                .mask_token_id
+                .ok_or("dflash_config.mask_token_id is missing")?,
+            layer_kinds,
+            sliding_window: raw.sliding_window,
+            is_causal: raw.is_causal,
+            input_embedding_scale: d.input_embedding_scale.unwrap_or(1.0),
+            output_multiplier: d.output_multiplier.unwrap_or(1.0),
+            final_logit_softcapping: d
+                .final_logit_softcapping
+                .or(raw.final_logit_softcapping)
+                .filter(|c| *c > 0.0),
+            quantization: crate::config::parse_quantization(&root)?,
+        })
+    }
+
+    /// Every reason this drafter cannot serve `target`, or Ok.
+    pub fn check_target(&self, target: &ModelConfig) -> Result<(), String> {
+        let t = &target.text;
+        let mut problems = Vec::new();
+        if self.hidden_size != t.hidden_size {
+            problems.push(format!(
+                "hidden size {} != the target's {}",
+                self.hidden_size, t.hidden_size
+            ));
+        }
+        if self.vocab_size != t.vocab_size {
+            problems.push(format!(
+                "vocab {} != the target's {}",
+                self.vocab_size, t.vocab_size
+            ));
+        }
+        if let Some(bad) = self
+            .target_layer_ids
+            .iter()
+            .find(|&&id| id >= t.num_hidden_layers)
+        {
+            problems.push(format!(
+                "tap layer {bad} does not exist (the target has {} layers)",
+                t.num_hidden_layers
+            ));
+        }
+        if self.mask_token_id as usize >= t.vocab_size {
+            problems.push(format!(
+                "mask token {} is outside the target's vocab of {}",
+                self.mask_token_id, t.vocab_size
+            ));
+        }
+        if self.block_size > 64 {
+            problems.push(format!("block size {} is larger than 64", self.block_size));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+
+    /// The attention span of layer `i` (None = all context).
+    pub fn window(&self, layer: usize) -> Option<usize> {
+        match self.layer_kinds[layer] {
+            LayerKind::Full => None,
+            LayerKind::Sliding => self.sliding_window,
+        }
+    }
+
+    /// Whether block positions of layer `i` see only earlier block positions.
+    pub fn causal(&self, layer: usize) -> bool {
+        self.is_causal
+            .unwrap_or(self.layer_kinds[layer] == LayerKind::Sliding)
+    }
+
+    pub fn quant_of(&self, module: &str) -> Option<QuantParams> {
+        self.quantization.for_module(module)
+    }
+}
+
+/// z-lab's default taps for `draft_layers` drafter layers over `target_layers`:
+/// round(1 + i (L - 4) / (n - 1)).
+pub fn default_taps(target_layers: usize, draft_layers: usize) -> Vec<usize> {
+    if draft_layers <= 1 {
+        return vec![target_layers / 2];
+    }
+    let span = target_layers.saturating_sub(4) as f64;
+    (0..draft_layers)
+        .map(|i| (1.0 + i as f64 * span / (draft_layers - 1) as f64).round() as usize)
+        .collect()
+}
+
+fn default_eps() -> f32 {
+    1e-6
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 512,
+        "rms_norm_eps": 1e-6, "rope_theta": 1e6, "max_position_embeddings": 4096,
+        "block_size": 16, "num_target_layers": 4,
+        "dflash_config": {"target_layer_ids": [0, 2, 3], "mask_token_id": 3}}"#;
+
+    fn with(edit: impl FnOnce(&mut serde_json::Value)) -> Result<DrafterConfig, String> {
+        let mut value: serde_json::Value = serde_json::from_str(BASE).unwrap();
+        edit(&mut value);
+        DrafterConfig::parse(&value.to_string())
+    }
+
+    #[test]
+    fn parses_the_z_lab_format() {
+        let c = DrafterConfig::parse(BASE).unwrap();
+        assert_eq!(c.target_layer_ids, vec![0, 2, 3]);
+        assert_eq!((c.mask_token_id, c.block_size, c.head_dim), (3, 16, 16));
+        assert_eq!(c.layer_kinds, vec![LayerKind::Full; 2]);
+        assert!(!c.causal(0));
+        assert_eq!(c.rope_scale, 1.0);
+    }
+
+    #[test]
+    fn sliding_layers_and_rope_scaling() {
+        let c = with(|v| {
+            v["layer_types"] = serde_json::json!(["sliding_attention", "full_attention"]);
+            v["sliding_window"] = 6.into();
+            v["rope_scaling"] = serde_json::json!({"type": "linear", "factor": 2.0});
+        })
+        .unwrap();
+        assert_eq!((c.window(0), c.window(1)), (Some(6), None));
+        assert!(c.causal(0) && !c.causal(1));
+        assert_eq!(c.rope_scale, 0.5);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_run() {
+        let err = with(|v| v["rope_scaling"] = serde_json::json!({"type": "yarn", "factor": 4.0}));
+        assert!(err.unwrap_err().contains("yarn"));
+        let err = with(|v| v["dflash_config"]["conv_kernel_size"] = 4.into());
+        assert!(err.unwrap_err().contains("DFlash2"));
+        let err =
+            with(|v| v["layer_types"] = serde_json::json!(["sliding_attention", "full_attention"]));
+        assert!(err.unwrap_err().contains("sliding_window"));
+        let err = with(|v| v["dflash_config"] = serde_json::json!({"target_layer_ids": [1]}));
+        assert!(err.unwrap_err().contains("mask_token_id"));
+    }
+
+    #[test]
+    fn default_taps_follow_z_lab() {
+        assert_eq!(default_taps(32, 5), vec![1, 8, 15, 22, 29]);
+        assert_eq!(default_taps(40, 5), vec![1, 10, 19, 28, 37]);
+    }
+}

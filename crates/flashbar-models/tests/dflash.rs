@@ -1,0 +1,190 @@
+//! The DFlash drafter computes what z-lab's `dflash` MLX code computes on the
+//! same random real-format drafter + target (f32 within 1e-4; the taps it
+//! reads from the target too), incompatible pairs are refused with the
+//! reason, and a verify + rollback leaves exactly the state of feeding only
+//! the accepted prefix (bit-identical on CPU).
+
+mod common;
+
+use common::{fixture, host_f32, max_abs_diff, reference};
+use flashbar_models::{Drafter, LayerCache, Model, ModelError};
+use mlx_rs::Array;
+
+const TOLERANCE: f32 = 1e-4;
+
+fn draft_logits_match(drafter_name: &str, target_name: &str) {
+    let target = Model::load(&fixture(target_name)).unwrap();
+    let drafter = Drafter::load(&fixture(drafter_name), &target).unwrap();
+    let r = reference(drafter_name);
+    let taps = &drafter.config().target_layer_ids;
+
+    let tokens = r["tokens"].reshape(&[1, -1]).unwrap();
+    let mut cache = target.new_cache();
+    let (_, target_taps) = target.forward_with_taps(&tokens, &mut cache, taps).unwrap();
+    let tap_diff = max_abs_diff(&target_taps, &r["taps_1"]);
+    assert!(
+        tap_diff <= TOLERANCE,
+        "{drafter_name}: taps differ by {tap_diff}"
+    );
+
+    let mut draft_cache = drafter.new_cache();
+    for round in ["1", "2"] {
+        let logits = drafter
+            .forward(
+                &target,
+                &r[&format!("block_{round}")],
+                &r[&format!("taps_{round}")],
+                &mut draft_cache,
+            )
+            .unwrap();
+        let diff = max_abs_diff(&logits, &r[&format!("logits_{round}")]);
+        println!("{drafter_name} on {target_name}: round {round} draft logits differ by {diff:e}");
+        assert!(
+            diff <= TOLERANCE,
+            "{drafter_name}: round {round} differs by {diff}"
+        );
+    }
+    assert_eq!(draft_cache.positions(), r["tokens"].shape()[0] as usize + 4);
+}
+
+#[test]
+fn full_attention_drafter_matches_z_lab() {
+    draft_logits_match("drafter-dense-f32", "dense-hf-f32");
+}
+
+#[test]
+fn sliding_window_drafter_with_rope_scaling_matches_z_lab() {
+    draft_logits_match("drafter-sliding-f32", "moe-hf-f32");
+}
+
+#[test]
+fn quantized_drafter_matches_z_lab() {
+    draft_logits_match("drafter-dense-4bit", "dense-hf-f32");
+}
+
+#[test]
+fn bf16_drafter_loads_and_drafts() {
+    let target = Model::load(&fixture("dense-hf-f32")).unwrap();
+    let drafter = Drafter::load(&fixture("drafter-dense-bf16"), &target).unwrap();
+    let r = reference("drafter-dense-f32");
+    let logits = drafter
+        .forward(
+            &target,
+            &r["block_1"],
+            &r["taps_1"],
+            &mut drafter.new_cache(),
+        )
+        .unwrap();
+    // bf16 weights: close to the f32 drafter, not equal.
+    let diff = max_abs_diff(&logits, &r["logits_1"]);
+    let scale = host_f32(&r["logits_1"])
+        .iter()
+        .fold(0.0f32, |m, v| m.max(v.abs()));
+    assert!(
+        diff <= scale * 0.05,
+        "bf16 draft logits differ by {diff} (scale {scale})"
+    );
+}
+
+fn incompatible(edit: impl FnOnce(&mut serde_json::Value)) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let source = fixture("drafter-dense-f32");
+    std::fs::copy(
+        source.join("model.safetensors"),
+        dir.path().join("model.safetensors"),
+    )
+    .unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(source.join("config.json")).unwrap())
+            .unwrap();
+    edit(&mut config);
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let target = Model::load(&fixture("dense-mlx-4bit")).unwrap();
+    match Drafter::load(dir.path(), &target) {
+        Err(e @ ModelError::Incompatible { .. }) => e.to_string(),
+        Err(other) => panic!("expected an incompatibility, got {other}"),
+        Ok(_) => panic!("an incompatible drafter loaded"),
+    }
+}
+
+#[test]
+fn refuses_a_drafter_that_does_not_fit_with_the_reason() {
+    let e = incompatible(|c| c["dflash_config"]["target_layer_ids"] = serde_json::json!([0, 2, 7]));
+    assert!(
+        e.contains("tap layer 7 does not exist (the target has 4 layers)"),
+        "{e}"
+    );
+    let e = incompatible(|c| c["vocab_size"] = 1000.into());
+    assert!(e.contains("vocab 1000 != the target's 512"), "{e}");
+    let e = incompatible(|c| c["hidden_size"] = 32.into());
+    assert!(e.contains("hidden size 32 != the target's 64"), "{e}");
+    let e = incompatible(|c| c["dflash_config"]["mask_token_id"] = 600.into());
+    assert!(e.contains("mask token 600 is outside"), "{e}");
+    let e = incompatible(|c| c["dflash_config"]["target_layer_ids"] = serde_json::json!([0, 2]));
+    assert!(e.contains("fc.weight takes 192 inputs, but 2 taps"), "{e}");
+}
+
+/// Every cache entry as host values, for bit-exact comparison.
+fn snapshot(cache: &[LayerCache]) -> Vec<Vec<f32>> {
+    let mut out = Vec::new();
+    for layer in cache {
+        let arrays: Vec<&Array> = match layer {
+            LayerCache::Gdn(s) => vec![s.conv.as_ref().unwrap(), s.ssm.as_ref().unwrap()],
+            LayerCache::Kv(kv) => vec![kv.keys.as_ref().unwrap(), kv.values.as_ref().unwrap()],
+        };
+        out.extend(arrays.into_iter().map(host_f32));
+    }
+    out
+}
+
+fn rollback_is_exact(name: &str) {
+    let model = Model::load(&fixture(name)).unwrap();
+    let prompt = Array::from_slice(&[3i32, 17, 101, 42, 7], &[1, 5]);
+    let block: Vec<i32> = vec![250, 9, 64, 128, 5, 77, 300, 12];
+    let t = block.len();
+    for accepted in [1, 3, t - 1, t] {
+        let mut verified = model.new_cache();
+        model.forward(&prompt, &mut verified).unwrap();
+        let (_, _, tape) = model
+            .verify(
+                &Array::from_slice(&block, &[1, t as i32]),
+                &mut verified,
+                &[0, 3],
+            )
+            .unwrap();
+        model.rollback(&mut verified, &tape, accepted).unwrap();
+
+        let mut plain = model.new_cache();
+        model.forward(&prompt, &mut plain).unwrap();
+        for &token in &block[..accepted] {
+            model
+                .forward(&Array::from_slice(&[token], &[1, 1]), &mut plain)
+                .unwrap();
+        }
+        let (a, b) = (snapshot(&verified), snapshot(&plain));
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(
+                x.len(),
+                y.len(),
+                "{name}: cache entry {i} has another size after keeping {accepted}"
+            );
+            let same = x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+            assert!(
+                same,
+                "{name}: cache entry {i} differs after keeping {accepted} of {t}"
+            );
+        }
+    }
+}
+
+#[test]
+fn rollback_equals_plain_decoding_of_the_accepted_prefix_dense() {
+    rollback_is_exact("dense-mlx-4bit");
+    rollback_is_exact("dense-hf-f32");
+}
+
+#[test]
+fn rollback_equals_plain_decoding_of_the_accepted_prefix_moe() {
+    rollback_is_exact("moe-mlx-4bit");
+}
