@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs what bench/vs_mlx_lm.py needs on the NVIDIA machine (no Rust, no
-# registry there): the CUDA build of `flashbar` and the wheels of mlx,
+# registry there): the CUDA build of `flashbar`, small fixture pairs, and the wheels of mlx,
 # mlx-cuda-13 and mlx-lm 0.32.2 for its Python 3.12, split into parts that
 # fit one device call each (.h200/bench-part-*). bench/h200-run.sh is the
 # device side: call it once per part, `run` on the last call.
@@ -14,6 +14,11 @@ python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3
   --implementation cp --platform manylinux_2_35_x86_64 -d "$stage" \
   mlx==0.32.2 mlx-cuda-13==0.32.2 mlx-lm==0.32.2
 cp target/cuda/release/flashbar "$stage/" && strip "$stage/flashbar"
+# Small fixture pairs for the GPU lossless check (bench/lossless_check.py).
+mkdir -p "$stage/fixtures"
+for f in dense-mlx-4bit moe-mlx-4bit drafter-dense-f32 drafter-sliding-f32; do
+  cp -r "target/fixtures/$f" "$stage/fixtures/"
+done
 tar -C "$stage" -cf .h200/bench.tar .
 rm -rf "$stage"
 (cd .h200 && split -b 45M bench.tar bench-part- && rm bench.tar)

@@ -1,5 +1,7 @@
 //! `flashbar bench`: prefill and decode speed of plain decoding on a model,
-//! per prompt, after a warm-up run (GPU kernels compile on first use).
+//! per prompt, after a warm-up run (GPU kernels compile on first use); with
+//! `--drafter`, DFlash side by side with its speedup; with `--verify-cost`,
+//! the time of one block verify over one decode step.
 
 use crate::models::resolve_model;
 use anyhow::Context;
@@ -10,6 +12,18 @@ use std::path::PathBuf;
 pub struct BenchArgs {
     #[arg(long)]
     model: Option<PathBuf>,
+    /// DFlash drafter folder: also measure speculative decoding.
+    #[arg(long)]
+    drafter: Option<PathBuf>,
+    /// Measure verify(block) / decode(1) instead of generating.
+    #[arg(long)]
+    verify_cost: bool,
+    /// Tokens per verify for --verify-cost.
+    #[arg(long, default_value_t = 16)]
+    block: usize,
+    /// Context length before the timed step, for --verify-cost.
+    #[arg(long, default_value_t = 128)]
+    context_tokens: usize,
     /// A file of prompts, one per line (default: a few built-in ones).
     #[arg(long)]
     prompts: Option<PathBuf>,
@@ -35,12 +49,47 @@ struct PromptReport {
     completion_tokens: usize,
     prefill_tokens_per_second: f64,
     decode_tokens_per_second: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dflash: Option<DflashReport>,
+}
+
+#[derive(serde::Serialize)]
+struct DflashReport {
+    decode_tokens_per_second: f64,
+    mean_accept_len: f64,
+    /// DFlash tok/s over plain tok/s, measured in this run.
+    speedup: f64,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let backend = flashbar_mlx::device::activate()?;
     let dir = resolve_model(args.model.as_deref())?;
-    let engine = Engine::load(&dir)?;
+    if let Some(d) = args.drafter.as_deref().filter(|d| !d.is_dir()) {
+        anyhow::bail!("drafter not found: {} is not a folder", d.display());
+    }
+    let engine = Engine::load(&dir, args.drafter.as_deref())?;
+    if args.verify_cost {
+        if args.block < 1 || args.context_tokens < 1 {
+            anyhow::bail!("--block and --context-tokens must be at least 1");
+        }
+        let cost =
+            engine.measure_verify_cost(args.context_tokens, args.block, args.repeats.max(5))?;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"model": dir, "device": backend, "verify_cost": cost})
+            );
+        } else {
+            println!(
+                "model {} on {backend}, context {} tokens\n\
+                 decode 1 token: {:.3} ms | verify {} tokens (taps + tape): {:.3} ms | ratio {:.2}\n\
+                 verify + rollback to {}: {:.3} ms | ratio {:.2}",
+                dir.display(), cost.prompt_tokens, cost.decode_ms, cost.block, cost.verify_ms,
+                cost.ratio, cost.block / 2, cost.verify_rollback_ms, cost.ratio_with_rollback
+            );
+        }
+        return Ok(());
+    }
     let prompts: Vec<String> = match &args.prompts {
         Some(file) => std::fs::read_to_string(file)
             .with_context(|| format!("cannot read {}", file.display()))?
@@ -50,29 +99,47 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             .collect(),
         None => BUILTIN_PROMPTS.iter().map(|p| p.to_string()).collect(),
     };
-    let run_once = |prompt: &str, max_tokens: usize| {
+    let run_once = |prompt: &str, max_tokens: usize, speculation| {
         let mut request = GenerateRequest::new(Prompt::Text(prompt.to_owned()));
         request.max_tokens = max_tokens;
-        request.speculation = Speculation::Off;
+        request.speculation = speculation;
         engine.generate(&request, &mut NullSink, &CancelToken::default())
     };
-    run_once(&prompts[0], 8)?; // warm-up
+    run_once(&prompts[0], 8, Speculation::Off)?; // warm-up
+    if engine.drafter().is_some() {
+        run_once(&prompts[0], 8, Speculation::Dflash)?;
+    }
     let mut reports = Vec::new();
     for prompt in &prompts {
-        let mut runs = Vec::new();
+        let (mut runs, mut fast) = (Vec::new(), Vec::new());
         for _ in 0..args.repeats.max(1) {
-            runs.push(run_once(prompt, args.max_tokens)?.stats);
+            runs.push(run_once(prompt, args.max_tokens, Speculation::Off)?.stats);
+            if engine.drafter().is_some() {
+                fast.push(run_once(prompt, args.max_tokens, Speculation::Dflash)?.stats);
+            }
         }
-        let median = |f: &dyn Fn(&flashbar_engine::Totals) -> f64| {
+        let median_of = |runs: &[flashbar_engine::Totals],
+                         f: &dyn Fn(&flashbar_engine::Totals) -> f64| {
             let mut values: Vec<f64> = runs.iter().map(f).collect();
             values.sort_by(f64::total_cmp);
             values[values.len() / 2]
         };
+        let median = |f: &dyn Fn(&flashbar_engine::Totals) -> f64| median_of(&runs, f);
+        let plain_speed = median(&|s| s.tokens_per_second);
+        let dflash = (!fast.is_empty()).then(|| {
+            let speed = median_of(&fast, &|s| s.tokens_per_second);
+            DflashReport {
+                decode_tokens_per_second: speed,
+                mean_accept_len: median_of(&fast, &|s| s.mean_accept_len),
+                speedup: speed / plain_speed,
+            }
+        });
         reports.push(PromptReport {
             prompt_tokens: runs[0].prompt_tokens,
             completion_tokens: runs[0].completion_tokens,
             prefill_tokens_per_second: median(&|s| s.prompt_tokens as f64 / s.prompt_seconds),
-            decode_tokens_per_second: median(&|s| s.tokens_per_second),
+            decode_tokens_per_second: plain_speed,
+            dflash,
         });
     }
     if args.json {
@@ -97,6 +164,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 r.completion_tokens,
                 r.decode_tokens_per_second
             );
+            if let Some(d) = &r.dflash {
+                println!(
+                    "    dflash: {:>8.1} tok/s, mean accept {:.2}, speedup {:.2}x",
+                    d.decode_tokens_per_second, d.mean_accept_len, d.speedup
+                );
+            }
         }
     }
     Ok(())

@@ -1,6 +1,6 @@
 //! `flashbar doctor`: can this model be used here, and if not, why.
 
-use crate::models::resolve_model;
+use crate::models::resolve_pair;
 use anyhow::bail;
 use std::path::PathBuf;
 
@@ -18,17 +18,10 @@ pub struct DoctorArgs {
 }
 
 pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
-    let dir = resolve_model(args.model.as_deref())?;
+    let (dir, drafter) = resolve_pair(args.model.as_deref(), args.drafter.as_deref())?;
     let mut findings = flashbar_engine::doctor::check_target(&dir);
-    if let Some(drafter) = &args.drafter {
-        findings.push(flashbar_engine::doctor::Finding {
-            check: "drafter",
-            ok: false,
-            detail: format!(
-                "{}: DFlash drafters are not supported by this build yet",
-                drafter.display()
-            ),
-        });
+    if let Some(drafter) = &drafter {
+        findings.push(flashbar_engine::doctor::check_drafter(&dir, drafter));
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&findings)?);

@@ -1,7 +1,7 @@
 //! `flashbar generate`: one completion of a prompt, streamed to stdout or
 //! printed as one JSON object.
 
-use crate::models::resolve_model;
+use crate::models::resolve_pair;
 use anyhow::bail;
 use flashbar_engine::{
     CancelToken, Engine, GenerateRequest, Message, Prompt, SamplingParams, Sink, Speculation,
@@ -14,11 +14,14 @@ pub struct GenerateArgs {
     /// Target model: a local folder (default: the embedded model).
     #[arg(long)]
     model: Option<PathBuf>,
-    /// DFlash drafter folder.
+    /// DFlash drafter folder (default: the embedded drafter, with no --model).
     #[arg(long)]
     drafter: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "auto")]
     speculation: SpeculationArg,
+    /// Tokens per DFlash verify (default: the drafter's block size).
+    #[arg(long)]
+    block_size: Option<usize>,
     #[arg(long, default_value_t = 256)]
     max_tokens: usize,
     #[arg(long, default_value_t = 0.0)]
@@ -62,14 +65,12 @@ impl Sink for StdoutSink {
 }
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    if let Some(drafter) = &args.drafter {
-        bail!(
-            "--drafter {}: DFlash drafters are not supported by this build yet",
-            drafter.display()
-        );
+    if args.block_size == Some(0) {
+        bail!("--block-size must be at least 1");
     }
+    let (target, drafter) = resolve_pair(args.model.as_deref(), args.drafter.as_deref())?;
     flashbar_mlx::device::activate()?;
-    let engine = Engine::load(&resolve_model(args.model.as_deref())?)?;
+    let engine = Engine::load(&target, drafter.as_deref())?;
     let prompt = if args.chat {
         Prompt::Messages(vec![Message {
             role: "user".into(),
@@ -81,6 +82,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let mut request = GenerateRequest::new(prompt);
     request.max_tokens = args.max_tokens;
     request.stop = args.stop;
+    request.block_size = args.block_size;
     request.speculation = match args.speculation {
         SpeculationArg::Auto => Speculation::Auto,
         SpeculationArg::Dflash => Speculation::Dflash,

@@ -1,4 +1,5 @@
-//! Where models are: `--model` folders, or the embedded default.
+//! Where models are: `--model` / `--drafter` folders, or the embedded
+//! default pair (`models/default/{target,drafter}`).
 
 use anyhow::bail;
 use std::path::{Path, PathBuf};
@@ -24,4 +25,27 @@ pub fn resolve_model(model: Option<&Path>) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(path)
+}
+
+/// The target and drafter to load: as given; with no `--model`, the default
+/// target and (unless `--drafter` is given) the drafter beside it, if any.
+pub fn resolve_pair(
+    model: Option<&Path>,
+    drafter: Option<&Path>,
+) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
+    let target = resolve_model(model)?;
+    let drafter = match (drafter, model) {
+        (Some(dir), _) => {
+            if !dir.is_dir() {
+                bail!("drafter not found: {} is not a folder", dir.display());
+            }
+            Some(dir.to_owned())
+        }
+        (None, None) => target
+            .parent()
+            .map(|root| root.join("drafter"))
+            .filter(|dir| dir.join("config.json").is_file()),
+        (None, Some(_)) => None,
+    };
+    Ok((target, drafter))
 }

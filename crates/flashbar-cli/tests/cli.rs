@@ -189,14 +189,95 @@ fn a_bad_flag() {
     assert!(stderr.contains("--no-such-flag"), "{stderr}");
 }
 
+fn default_pair() -> (std::path::PathBuf, std::path::PathBuf) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default");
+    (root.join("target"), root.join("drafter"))
+}
+
+/// A copy of the default drafter whose taps name a layer the target lacks.
+fn misfit_drafter(dir: &Path) {
+    let (_, drafter) = default_pair();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::copy(
+        drafter.join("model.safetensors"),
+        dir.join("model.safetensors"),
+    )
+    .unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(drafter.join("config.json")).unwrap())
+            .unwrap();
+    config["dflash_config"]["target_layer_ids"] = serde_json::json!([0, 2, 7]);
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+}
+
 #[test]
-fn a_drafter_is_refused_with_the_reason() {
-    let stderr = one_line_failure(&flashbar(&["generate", "--drafter", "/tmp", "hi"]));
-    assert!(stderr.contains("drafter"), "{stderr}");
+fn a_drafter_that_does_not_fit_is_refused_with_the_reason() {
+    let stderr = one_line_failure(&flashbar(&["generate", "--drafter", "/nonexistent", "hi"]));
+    assert!(stderr.contains("drafter not found"), "{stderr}");
+    let temp = tempfile::tempdir().unwrap();
+    misfit_drafter(temp.path());
+    let drafter = temp.path().to_str().unwrap();
+    let stderr = one_line_failure(&flashbar(&["generate", "--drafter", drafter, "hi"]));
+    assert!(
+        stderr.contains("does not fit the target: tap layer 7 does not exist"),
+        "{stderr}"
+    );
+    // The doctor explains it too, and fails.
+    let output = flashbar(&["doctor", "--drafter", drafter]);
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("drafter") && stdout.contains("tap layer 7"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn generate_with_a_drafter_reports_rounds_and_acceptance() {
+    let (target, drafter) = default_pair();
+    let (target, drafter) = (target.to_str().unwrap(), drafter.to_str().unwrap());
+    let run = |speculation: &str| {
+        let output = flashbar(&[
+            "generate",
+            "--model",
+            target,
+            "--drafter",
+            drafter,
+            "--speculation",
+            speculation,
+            "--max-tokens",
+            "12",
+            "--json",
+            "def fib(n):",
+        ]);
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
+    };
+    let (fast, plain) = (run("dflash"), run("off"));
+    assert_eq!(fast["token_ids"], plain["token_ids"]);
+    let stats = &fast["stats"];
+    assert_eq!(stats["mode"], "dflash");
+    let rounds = stats["rounds"].as_u64().unwrap();
+    assert!((1..=11).contains(&rounds), "{stats}");
+    let accepted = stats["accepted_tokens"].as_u64().unwrap();
+    let mean = stats["mean_accept_len"].as_f64().unwrap();
+    assert_eq!(mean, 11.0 / rounds as f64, "{stats}");
+    assert_eq!(accepted + rounds, 11, "{stats}");
+    // The doctor accepts the pair.
+    let output = flashbar(&["doctor", "--model", target, "--drafter", drafter]);
+    assert!(output.status.success(), "{output:?}");
 }
 
 #[test]
 fn dflash_without_a_drafter() {
-    let stderr = one_line_failure(&flashbar(&["generate", "--speculation", "dflash", "hi"]));
+    let (target, _) = default_pair();
+    let stderr = one_line_failure(&flashbar(&[
+        "generate",
+        "--model",
+        target.to_str().unwrap(),
+        "--speculation",
+        "dflash",
+        "hi",
+    ]));
     assert!(stderr.contains("needs a drafter"), "{stderr}");
 }

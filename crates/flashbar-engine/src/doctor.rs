@@ -86,3 +86,35 @@ pub fn check_target(dir: &Path) -> Vec<Finding> {
     }
     findings
 }
+
+/// Whether a drafter folder fits the target folder, and why not.
+pub fn check_drafter(target_dir: &Path, drafter_dir: &Path) -> Finding {
+    let result = if !drafter_dir.is_dir() {
+        Err(format!("{} is not a folder", drafter_dir.display()))
+    } else {
+        Model::check(target_dir)
+            .map_err(|e| format!("the target cannot be checked: {e}"))
+            .and_then(|(target, _)| {
+                flashbar_models::Drafter::check(drafter_dir, &target).map_err(|e| e.to_string())
+            })
+            .map(|(c, checkpoint)| {
+                format!(
+                    "{} layers, block {}, taps {:?}, mask token {}, {} tensors",
+                    c.num_hidden_layers,
+                    c.block_size,
+                    c.target_layer_ids,
+                    c.mask_token_id,
+                    checkpoint.tensors.len()
+                )
+            })
+    };
+    let (ok, detail) = match result {
+        Ok(detail) => (true, detail),
+        Err(detail) => (false, detail),
+    };
+    Finding {
+        check: "drafter",
+        ok,
+        detail,
+    }
+}

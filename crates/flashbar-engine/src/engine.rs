@@ -3,11 +3,13 @@
 use crate::chat_template;
 use crate::emit::Emitter;
 use crate::error::{EngineError, Result};
+use crate::proposer::{DflashProposer, Proposer};
 use crate::request::{CancelToken, GenerateRequest, Prompt, Speculation};
 use crate::sampling::SamplingParams;
 use crate::sink::{FinishReason, Generation, Mode, RoundStats, Sink, Totals};
+use crate::speculative::Speculative;
 use crate::tokenizer::TextTokenizer;
-use flashbar_models::{LayerCache, Model};
+use flashbar_models::{Drafter, LayerCache, Model};
 use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
 use mlx_rs::Array;
 use std::path::Path;
@@ -15,13 +17,20 @@ use std::time::Instant;
 
 pub struct Engine {
     model: Model,
+    drafter: Option<Drafter>,
     tokenizer: TextTokenizer,
 }
 
 impl Engine {
-    /// Loads a target checkpoint folder (validated before allocating).
-    pub fn load(target_dir: &Path) -> Result<Self> {
+    /// Loads a target checkpoint folder and optionally its DFlash drafter
+    /// (both validated before allocating; a drafter that does not fit the
+    /// target is refused with the reason).
+    pub fn load(target_dir: &Path, drafter_dir: Option<&Path>) -> Result<Self> {
         let model = Model::load(target_dir)?;
+        let drafter = match drafter_dir {
+            Some(dir) => Some(Drafter::load(dir, &model).map_err(EngineError::Drafter)?),
+            None => None,
+        };
         let tokenizer = TextTokenizer::load(target_dir)?;
         let vocab = model.config().text.vocab_size;
         if tokenizer.vocab_size() > vocab {
@@ -30,7 +39,19 @@ impl Engine {
                 tokenizer.vocab_size()
             )));
         }
-        Ok(Engine { model, tokenizer })
+        Ok(Engine {
+            model,
+            drafter,
+            tokenizer,
+        })
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn drafter(&self) -> Option<&Drafter> {
+        self.drafter.as_ref()
     }
 
     pub fn tokenizer(&self) -> &TextTokenizer {
@@ -62,15 +83,59 @@ impl Engine {
         sink: &mut dyn Sink,
         cancel: &CancelToken,
     ) -> Result<Generation> {
+        let drafter = match (request.speculation, &self.drafter) {
+            (Speculation::Off, _) | (Speculation::Auto, None) => None,
+            (_, Some(drafter)) => Some(drafter),
+            (Speculation::Dflash, None) => {
+                return Err(EngineError::InvalidRequest(
+                    "speculation \"dflash\" needs a drafter, and none is loaded".into(),
+                ))
+            }
+        };
+        match drafter {
+            Some(drafter) => {
+                self.generate_speculative(request, &mut DflashProposer::new(drafter), sink, cancel)
+            }
+            None => {
+                let (prompt, max_tokens) = self.prepare(request)?;
+                self.decode_plain(&prompt, max_tokens, request, sink, cancel)
+            }
+        }
+    }
+
+    /// The draft-verify loop with any [`Proposer`] (the DFlash drafter, or a
+    /// test's proposer with known drafts).
+    pub fn generate_speculative(
+        &self,
+        request: &GenerateRequest,
+        proposer: &mut dyn Proposer,
+        sink: &mut dyn Sink,
+        cancel: &CancelToken,
+    ) -> Result<Generation> {
+        let (prompt, max_tokens) = self.prepare(request)?;
+        let block_size = request
+            .block_size
+            .unwrap_or_else(|| proposer.max_block_size());
+        if block_size < 1 {
+            return Err(EngineError::InvalidRequest(
+                "block_size must be at least 1".into(),
+            ));
+        }
+        Speculative {
+            model: &self.model,
+            tokenizer: &self.tokenizer,
+            proposer,
+            block_size,
+        }
+        .generate(&prompt, max_tokens, request, sink, cancel)
+    }
+
+    /// Validates a request: its prompt ids and the tokens it may generate.
+    fn prepare(&self, request: &GenerateRequest) -> Result<(Vec<u32>, usize)> {
         request
             .sampling
             .validate()
             .map_err(EngineError::InvalidRequest)?;
-        if request.speculation == Speculation::Dflash {
-            return Err(EngineError::InvalidRequest(
-                "speculation \"dflash\" needs a drafter, and none is loaded".into(),
-            ));
-        }
         let prompt = self.prompt_ids(&request.prompt)?;
         let context = self.context_length();
         if prompt.is_empty() {
@@ -88,7 +153,7 @@ impl Engine {
             ));
         }
         let max_tokens = request.max_tokens.min(context - prompt.len());
-        self.decode_plain(&prompt, max_tokens, request, sink, cancel)
+        Ok((prompt, max_tokens))
     }
 
     /// Plain autoregressive decoding: one target step per token. Greedy
@@ -223,6 +288,6 @@ fn choose(logits: &Array, sampling: &SamplingParams, position: u64) -> Result<Pe
     Ok(Pending::Host(sampling.sample(values, position)))
 }
 
-fn mlx_error(error: impl std::fmt::Display) -> EngineError {
+pub(crate) fn mlx_error(error: impl std::fmt::Display) -> EngineError {
     EngineError::Mlx(mlx_rs::error::Exception::custom(error.to_string()))
 }

@@ -4,6 +4,8 @@
 pub enum EngineError {
     #[error(transparent)]
     Model(#[from] flashbar_models::ModelError),
+    #[error("drafter: {0}")]
+    Drafter(flashbar_models::ModelError),
     #[error("tokenizer: {0}")]
     Tokenizer(String),
     #[error("chat template: {0}")]

@@ -7,7 +7,8 @@
 //!
 //! Modules: tokenizer and chat template; sampling (position-keyed, so
 //! speculative paths can reproduce it); stop rules and UTF-8-safe streaming;
-//! the decoding loop.
+//! plain decoding and the DFlash draft-verify loop, with the [`proposer`]
+//! that supplies its drafts.
 
 pub mod chat_template;
 pub mod detokenize;
@@ -15,11 +16,14 @@ pub mod doctor;
 mod emit;
 pub mod engine;
 pub mod error;
+pub mod proposer;
 pub mod request;
 pub mod sampling;
 pub mod sink;
+mod speculative;
 pub mod stop;
 pub mod tokenizer;
+pub mod verify_cost;
 
 pub use chat_template::Message;
 pub use engine::Engine;

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Speculation {
     /// DFlash when a drafter is loaded and the gate says it pays, else plain.
@@ -32,6 +32,8 @@ pub struct GenerateRequest {
     pub max_tokens: usize,
     pub stop: Vec<String>,
     pub speculation: Speculation,
+    /// Tokens per DFlash verify (last token + drafts); None = the drafter's.
+    pub block_size: Option<usize>,
 }
 
 impl GenerateRequest {
@@ -42,6 +44,7 @@ impl GenerateRequest {
             max_tokens: 256,
             stop: Vec::new(),
             speculation: Speculation::Auto,
+            block_size: None,
         }
     }
 }

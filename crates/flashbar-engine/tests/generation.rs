@@ -34,7 +34,7 @@ fn ids(value: &serde_json::Value) -> Vec<u32> {
 }
 
 fn engine() -> Engine {
-    Engine::load(&fixtures().join("dense-mlx-4bit")).unwrap()
+    Engine::load(&fixtures().join("dense-mlx-4bit"), None).unwrap()
 }
 
 /// Collects everything a sink receives.
@@ -252,7 +252,7 @@ fn a_prompt_longer_than_the_context_is_refused() {
         serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
     config["text_config"]["max_position_embeddings"] = 8.into();
     std::fs::write(&config_path, config.to_string()).unwrap();
-    let engine = Engine::load(&dir).unwrap();
+    let engine = Engine::load(&dir, None).unwrap();
     let error = engine
         .generate(
             &greedy("def fib(n): return fib(n - 1) + fib(n - 2)", 4),

@@ -129,9 +129,33 @@ pub fn choose() -> Result<Backend, DeviceError> {
     resolve(request, Capabilities::probe())
 }
 
+/// The backend of MLX's current default device (a `with_device` scope included).
+pub fn current() -> Backend {
+    let gpu = Device::try_default()
+        .and_then(|d| d.get_type())
+        .is_ok_and(|t| matches!(t, mlx_rs::DeviceType::Gpu));
+    match (gpu, mlx_sys::MLX_LIBRARY) {
+        (false, _) => Backend::Cpu,
+        (true, "cuda") => Backend::Cuda,
+        (true, _) => Backend::Metal,
+    }
+}
+
+/// MLX's CUDA backend multiplies f32 matrices in TF32 unless this is "0".
+pub const TF32_ENV: &str = "MLX_ENABLE_TF32";
+
 /// Chooses the backend and makes it MLX's default device for this process.
+///
+/// On CUDA it also turns TF32 off (unless the user set it): a TF32 GEMM for a
+/// multi-token verify rounds differently from a one-token decode step, and
+/// on the H200 that flipped sampled and near-tie tokens, breaking DFlash's
+/// promise of plain decoding's exact output; in full f32 both paths agreed.
 pub fn activate() -> Result<Backend, DeviceError> {
     let backend = choose()?;
+    if backend == Backend::Cuda && std::env::var_os(TF32_ENV).is_none() {
+        // Before any MLX work, while the process has one thread.
+        std::env::set_var(TF32_ENV, "0");
+    }
     Device::set_default(&backend.device());
     Ok(backend)
 }

@@ -6,11 +6,12 @@
 //! the same check on two devices (CPU vs CUDA) can be compared as well.
 
 use crate::device::Backend;
+use crate::gdn_kernels;
 use half::{bf16, f16};
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
-use mlx_rs::ops::{dequantize, gather_qmm, matmul, quantize, quantized_matmul, stack};
-use mlx_rs::{with_device, Array, ArrayElement, Dtype};
+use mlx_rs::ops::{dequantize, gather_qmm, matmul, quantize, quantized_matmul, repeat_axis, stack};
+use mlx_rs::{with_device, Array, ArrayElement, Device, Dtype};
 use std::path::Path;
 
 /// The outcome of one check on one device.
@@ -37,14 +38,19 @@ impl CheckResult {
 /// Runs every check on `backend`'s device; `scratch` is a folder for the safetensors file.
 pub fn run_all(backend: Backend, scratch: &Path) -> Result<Vec<CheckResult>, Exception> {
     with_device(backend.device(), || {
-        Ok(vec![
+        let mut checks = vec![
             matmul_f32(backend)?,
             quantize_4bit()?,
             quantized_matmul_4bit()?,
             gather_qmm_4bit()?,
             safetensors_round_trip(&scratch.join("smoke.safetensors"))?,
             half_round_trip()?,
-        ])
+        ];
+        // GPU-only checks go last, so that the checks both devices run line up.
+        if gdn_kernels::available(backend) {
+            checks.push(gdn_kernel_vs_ops()?);
+        }
+        Ok(checks)
     })
 }
 
@@ -284,6 +290,114 @@ fn half_round_trip() -> Result<CheckResult, Exception> {
         cross_device_tolerance: 0.0,
         output: bf16_back,
     })
+}
+
+/// The custom gated-delta kernels ([`gdn_kernels`], GPU only) against the
+/// MLX-ops recurrence computed on the CPU: `record`'s y, new state and delta
+/// tape within 1e-4 of it, relative to each output's largest value. And
+/// `replay` of the tape for n = 0, 7 and T steps must give, bit for bit, the
+/// state that recording those n steps gives; otherwise the error is infinite.
+fn gdn_kernel_vs_ops() -> Result<CheckResult, Exception> {
+    let (b, t, hk, hv, dk, dv) = (1, 16, 2, 4, 32, 16);
+    let values = |seed: u64, shape: &[i32], centre: f32, spread: f32| {
+        let count = shape.iter().product::<i32>() as usize;
+        let values: Vec<f32> = seeded_values(seed, count)
+            .into_iter()
+            .map(|x| centre + spread * x)
+            .collect();
+        (values, shape.to_vec())
+    };
+    let host = [
+        values(50, &[b, t, hk, dk], 0.0, 0.25), // q
+        values(51, &[b, t, hk, dk], 0.0, 0.25), // k
+        values(52, &[b, t, hv, dv], 0.0, 1.0),  // v
+        values(53, &[b, t, hv], 0.75, 0.24),    // g in (0.5, 1)
+        values(54, &[b, t, hv], 0.5, 0.49),     // beta in (0, 1)
+        values(55, &[b, hv, dv, dk], 0.0, 0.5), // state
+    ];
+    let arrays = || {
+        host.each_ref()
+            .map(|(v, shape)| Array::from_slice(v, shape))
+    };
+    let [q, k, v, g, beta, state] = arrays();
+
+    let (y, new_state, delta) = gdn_kernels::record(&q, &k, &v, &g, &beta, &state)?;
+    let reference = with_device(Device::cpu(), || {
+        let [q, k, v, g, beta, state] = arrays();
+        gdn_ops_reference(&q, &k, &v, &g, &beta, state)
+    })?;
+    let mut error = 0.0f64;
+    for (output, reference) in [
+        (&y, &reference.0),
+        (&new_state, &reference.1),
+        (&delta, &reference.2),
+    ] {
+        let (output, reference) = (to_f32_vec(output)?, to_f32_vec(reference)?);
+        if output.len() != reference.len() {
+            return Err(Exception::custom("gdn_kernel_vs_ops: output sizes differ"));
+        }
+        error = error.max(max_abs_diff(&output, &reference) / max_abs(&reference));
+    }
+
+    let prefix = |a: &Array, n: i32| a.index((.., ..n));
+    let n = 7;
+    let (_, after_n, _) = gdn_kernels::record(
+        &prefix(&q, n),
+        &prefix(&k, n),
+        &prefix(&v, n),
+        &prefix(&g, n),
+        &prefix(&beta, n),
+        &state,
+    )?;
+    let mut exact = true;
+    for (n, recorded) in [(0, &state), (n, &after_n), (t, &new_state)] {
+        let replayed = to_f32_vec(&gdn_kernels::replay(&state, &k, &g, &delta, n)?)?;
+        let recorded = to_f32_vec(recorded)?;
+        exact &= replayed.len() == recorded.len()
+            && replayed
+                .iter()
+                .zip(&recorded)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+    }
+    Ok(CheckResult {
+        name: "gdn_kernel_vs_ops",
+        max_error: if exact { error } else { f64::INFINITY },
+        tolerance: 1e-4,
+        cross_device_tolerance: 1e-4,
+        output: to_f32_vec(&y)?,
+    })
+}
+
+/// The gated delta recurrence with MLX ops, as flashbar-models' `recurrence`
+/// computes it, also returning the per-step delta: (y, state, delta).
+fn gdn_ops_reference(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    g: &Array,
+    beta: &Array,
+    mut state: Array,
+) -> Result<(Array, Array, Array), Exception> {
+    let repeat = v.shape()[2] / q.shape()[2];
+    let q = repeat_axis::<f32>(q.clone(), repeat, 2)?;
+    let k = repeat_axis::<f32>(k.clone(), repeat, 2)?;
+    let mut ys = Vec::new();
+    let mut deltas = Vec::new();
+    for t in 0..q.shape()[1] {
+        let q_t = q.index((.., t)); // [B, H, Dk]
+        let k_t = k.index((.., t)).expand_dims(-2)?; // [B, H, 1, Dk]
+        let v_t = v.index((.., t)); // [B, H, Dv]
+        let g_t = g.index((.., t)).expand_dims_axes(&[-1, -2])?; // [B, H, 1, 1]
+        let beta_t = beta.index((.., t)).expand_dims(-1)?; // [B, H, 1]
+
+        state = state.multiply(&g_t)?;
+        let kv = state.multiply(&k_t)?.sum_axis(-1, false)?; // [B, H, Dv]
+        let delta = v_t.subtract(&kv)?.multiply(&beta_t)?;
+        state = state.add(k_t.multiply(delta.expand_dims(-1)?)?)?;
+        ys.push(state.multiply(q_t.expand_dims(-2)?)?.sum_axis(-1, false)?);
+        deltas.push(delta);
+    }
+    Ok((stack(&ys, 1)?, state, stack(&deltas, 1)?))
 }
 
 fn to_f32_vec(array: &Array) -> Result<Vec<f32>, Exception> {

@@ -12,6 +12,7 @@
 //! - Logits of positions 1.. through the target's lm_head.
 
 use crate::checkpoint::Checkpoint;
+use crate::config::ModelConfig;
 use crate::dflash_config::DrafterConfig;
 use crate::error::{ModelError, Result};
 use crate::nn::linear::{Linear, Weights};
@@ -77,7 +78,7 @@ impl DraftCache {
 impl Drafter {
     /// Loads a drafter folder and checks it fits `target`.
     pub fn load(dir: &Path, target: &Model) -> Result<Self> {
-        let (config, checkpoint) = Self::check(dir, target)?;
+        let (config, checkpoint) = Self::check(dir, target.config())?;
         let arrays = checkpoint.load()?;
         let mut weights = Weights::new(arrays, config.quantization.clone());
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
@@ -119,13 +120,13 @@ impl Drafter {
 
     /// The config and checkpoint headers, if they parse and fit `target`
     /// (no tensor data is read).
-    pub fn check(dir: &Path, target: &Model) -> Result<(DrafterConfig, Checkpoint)> {
+    pub fn check(dir: &Path, target: &ModelConfig) -> Result<(DrafterConfig, Checkpoint)> {
         let config = DrafterConfig::load(dir)?;
         let incompatible = |reason: String| ModelError::Incompatible {
             dir: dir.to_owned(),
             reason,
         };
-        config.check_target(target.config()).map_err(incompatible)?;
+        config.check_target(target).map_err(incompatible)?;
         let checkpoint = Checkpoint::open(dir)?;
         let fc = checkpoint
             .tensors
@@ -137,7 +138,7 @@ impl Drafter {
             _ => 1,
         };
         let width = fc.shape.get(1).copied().unwrap_or(0) * per_element;
-        let expected = config.target_layer_ids.len() * target.config().text.hidden_size;
+        let expected = config.target_layer_ids.len() * target.text.hidden_size;
         if fc.shape.first() != Some(&config.hidden_size) || width != expected {
             return Err(incompatible(format!(
                 "fc.weight takes {width} inputs, but {} taps of the target's hidden size make {expected}",
@@ -186,7 +187,7 @@ impl Drafter {
             h = h.add(layer.mlp.forward(&x)?)?;
         }
         cache.positions += taps.shape()[1];
-        let h = rms_norm(&h.index((.., 1..)), Some(&self.norm), c.rms_norm_eps)?;
+        let h = rms_norm(h.index((.., 1..)), Some(&self.norm), c.rms_norm_eps)?;
         let mut logits = target.lm_head(&h)?;
         if c.output_multiplier != 1.0 {
             logits =

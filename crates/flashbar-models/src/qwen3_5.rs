@@ -266,10 +266,34 @@ impl Model {
     }
 }
 
+impl Tape {
+    /// The recorded arrays (to evaluate them with the verify's outputs).
+    pub fn arrays(&self) -> Vec<&Array> {
+        self.layers
+            .iter()
+            .flatten()
+            .flat_map(GdnTape::arrays)
+            .collect()
+    }
+}
+
 struct RunOutput {
     logits: Array,
     taps: Option<Array>,
     tapes: Vec<Option<GdnTape>>,
+}
+
+/// Every array a cache holds (to evaluate or measure it).
+pub fn cache_arrays(cache: &[LayerCache]) -> Vec<&Array> {
+    let mut out = Vec::new();
+    for layer in cache {
+        let (a, b) = match layer {
+            LayerCache::Gdn(s) => (&s.conv, &s.ssm),
+            LayerCache::Kv(kv) => (&kv.keys, &kv.values),
+        };
+        out.extend(a.iter().chain(b.iter()));
+    }
+    out
 }
 
 /// Everything [`Model::rollback`] needs from one verify forward.

@@ -9,6 +9,7 @@
 use crate::config::TextConfig;
 use crate::error::Result;
 use crate::nn::linear::{Linear, Weights};
+use flashbar_mlx::{device, gdn_kernels};
 use mlx_rs::fast::rms_norm;
 use mlx_rs::nn::{silu, softplus};
 use mlx_rs::ops::{
@@ -37,9 +38,21 @@ pub struct GdnTape {
     g: Array,
     delta: Array,
     conv_kernel: i32,
+    /// Recorded by the GPU kernel: replay with its twin, for identical rounding.
+    on_kernel: bool,
 }
 
 impl GdnTape {
+    pub fn arrays(&self) -> [&Array; 5] {
+        [
+            &self.conv_input,
+            &self.ssm_before,
+            &self.k,
+            &self.g,
+            &self.delta,
+        ]
+    }
+
     /// `state` as if only the first `accepted` of the recorded tokens had
     /// been fed: S <- g_t S + k_t delta_t^T replayed for t < accepted, and
     /// the conv state rebuilt from the raw rows.
@@ -49,13 +62,11 @@ impl GdnTape {
                 .index((.., accepted..(accepted + self.conv_kernel - 1), ..))
                 .contiguous()?,
         );
-        state.ssm = Some(replay(
-            &self.ssm_before,
-            &self.k,
-            &self.g,
-            &self.delta,
-            accepted,
-        )?);
+        state.ssm = Some(if self.on_kernel {
+            gdn_kernels::replay(&self.ssm_before, &self.k, &self.g, &self.delta, accepted)?
+        } else {
+            replay(&self.ssm_before, &self.k, &self.g, &self.delta, accepted)?
+        });
         Ok(())
     }
 }
@@ -156,7 +167,15 @@ impl GatedDeltaNet {
             Some(s) => s.clone(),
             None => zeros_dtype(&[b, hv, dv, dk], Dtype::Float32)?,
         };
-        let (y, new_ssm, delta) = recurrence(&q, &k, &v, &g, &beta, ssm.clone(), record)?;
+        // One recurrence per backend, used for every T (decode, verify,
+        // prefill), so a verified block equals decoding it token by token.
+        let on_kernel = gdn_kernels::available(device::current());
+        let (y, new_ssm, delta) = if on_kernel {
+            let (y, state, delta) = gdn_kernels::record(&q, &k, &v, &g, &beta, &ssm)?;
+            (y, state, Some(delta))
+        } else {
+            recurrence(&q, &k, &v, &g, &beta, ssm.clone(), record)?
+        };
         state.ssm = Some(new_ssm);
         let tape = match (conv_for_tape, delta) {
             (Some(conv_input), Some(delta)) => Some(GdnTape {
@@ -166,6 +185,7 @@ impl GatedDeltaNet {
                 g,
                 delta,
                 conv_kernel: self.conv_kernel,
+                on_kernel,
             }),
             _ => None,
         };

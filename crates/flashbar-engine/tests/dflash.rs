@@ -1,0 +1,353 @@
+//! The DFlash loop is lossless: on dense and MoE fixtures, with real (random)
+//! drafters, token ids equal plain decoding's for 30 prompts x block sizes
+//! {4, 8, 16}, greedy and sampled; streaming equals the final result; and
+//! with proposers whose drafts are known, acceptance, truncation at EOS /
+//! stop / max_tokens, and the mask token behave exactly.
+
+use flashbar_engine::proposer::Proposer;
+use flashbar_engine::*;
+use flashbar_models::Model;
+use mlx_rs::Array;
+use std::path::{Path, PathBuf};
+
+fn fixtures() -> PathBuf {
+    let dir = std::env::var_os("FLASHBAR_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/fixtures"));
+    assert!(
+        dir.join("drafter-dense-f32/config.json").is_file(),
+        "no fixtures in {}: scripts/test.sh writes them",
+        dir.display()
+    );
+    dir
+}
+
+/// (target, drafter) pairs: dense with a full-attention drafter, MoE with a
+/// sliding-window one.
+const PAIRS: [(&str, &str); 2] = [
+    ("dense-mlx-4bit", "drafter-dense-f32"),
+    ("moe-mlx-4bit", "drafter-sliding-f32"),
+];
+
+fn pair(target: &str, drafter: &str) -> Engine {
+    let dir = fixtures();
+    Engine::load(&dir.join(target), Some(&dir.join(drafter))).unwrap()
+}
+
+fn prompts() -> Vec<String> {
+    let words = [
+        "def",
+        "fib(n):",
+        "return",
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        "import",
+        "os",
+        "class",
+        "Point:",
+        "for",
+        "i",
+        "in",
+        "range(10):",
+        "print",
+        "hello",
+        "world",
+        "café",
+        "日本語",
+    ];
+    (0..30)
+        .map(|i| {
+            let len = 1 + i % 7;
+            (0..len)
+                .map(|j| words[(i * 7 + j * 3) % words.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+fn request(prompt: &str, speculation: Speculation, temperature: f32) -> GenerateRequest {
+    let mut r = GenerateRequest::new(Prompt::Text(prompt.into()));
+    r.max_tokens = 16;
+    r.speculation = speculation;
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 1234;
+    r
+}
+
+/// Everything a sink receives.
+#[derive(Default)]
+struct Recorder {
+    text: String,
+    tokens: Vec<(u32, bool)>,
+    rounds: Vec<RoundStats>,
+}
+
+impl Sink for Recorder {
+    fn text(&mut self, delta: &str) {
+        self.text.push_str(delta);
+    }
+    fn token(&mut self, id: u32, from_draft: bool) {
+        self.tokens.push((id, from_draft));
+    }
+    fn round(&mut self, stats: &RoundStats) {
+        self.rounds.push(stats.clone());
+    }
+}
+
+fn run(engine: &Engine, request: &GenerateRequest) -> (Generation, Recorder) {
+    let mut recorder = Recorder::default();
+    let generation = engine
+        .generate(request, &mut recorder, &CancelToken::default())
+        .unwrap();
+    (generation, recorder)
+}
+
+/// 30 prompts x blocks {4, 8, 16} on one pair at one temperature.
+fn dflash_equals_plain_decoding((target, drafter): (&str, &str), temperature: f32) {
+    let engine = pair(target, drafter);
+    let mut rounds = 0;
+    for prompt in prompts() {
+        let (plain, _) = run(&engine, &request(&prompt, Speculation::Off, temperature));
+        for block in [4, 8, 16] {
+            let mut r = request(&prompt, Speculation::Dflash, temperature);
+            r.block_size = Some(block);
+            let (fast, streamed) = run(&engine, &r);
+            assert_eq!(
+                fast.token_ids, plain.token_ids,
+                "{target}: {prompt:?} at T={temperature}, block {block}"
+            );
+            assert_eq!(fast.text, plain.text);
+            assert_eq!(fast.finish_reason, plain.finish_reason);
+            // Streaming shows exactly the final result.
+            assert_eq!(streamed.text, fast.text);
+            let ids: Vec<u32> = streamed.tokens.iter().map(|t| t.0).collect();
+            assert_eq!(ids, fast.token_ids);
+            for round in &streamed.rounds {
+                assert_eq!(round.mode, Mode::Dflash);
+                assert!(round.block_size <= block && round.accepted < round.block_size);
+                assert!(round.committed <= round.accepted + 1);
+            }
+            assert_eq!(fast.stats.rounds, streamed.rounds.len());
+            rounds += streamed.rounds.len();
+        }
+    }
+    assert!(rounds > 0);
+}
+
+#[test]
+fn lossless_dense_greedy() {
+    dflash_equals_plain_decoding(PAIRS[0], 0.0);
+}
+
+#[test]
+fn lossless_dense_sampled() {
+    dflash_equals_plain_decoding(PAIRS[0], 0.8);
+}
+
+#[test]
+fn lossless_moe_greedy() {
+    dflash_equals_plain_decoding(PAIRS[1], 0.0);
+}
+
+#[test]
+fn lossless_moe_sampled() {
+    dflash_equals_plain_decoding(PAIRS[1], 0.8);
+}
+
+/// Proposes the tokens plain decoding produced (right until `wrong_at`
+/// drafts into each block, then a different token).
+struct Oracle {
+    taps: Vec<usize>,
+    expected: Vec<u32>,
+    wrong_at: Option<usize>,
+    block: usize,
+}
+
+impl Proposer for Oracle {
+    fn tap_layers(&self) -> &[usize] {
+        &self.taps
+    }
+    fn max_block_size(&self) -> usize {
+        self.block
+    }
+    fn propose(
+        &mut self,
+        _: &Model,
+        _: u32,
+        _: &Array,
+        count: usize,
+        committed: usize,
+    ) -> Result<Array> {
+        let drafts: Vec<u32> = (0..count)
+            .map(|i| {
+                let right = self.expected.get(committed + i).copied().unwrap_or(0);
+                if self.wrong_at == Some(i) {
+                    (right + 1) % 512
+                } else {
+                    right
+                }
+            })
+            .collect();
+        Ok(Array::from_slice(&drafts, &[1, count as i32]))
+    }
+}
+
+fn with_oracle(
+    engine: &Engine,
+    request: &GenerateRequest,
+    oracle: &mut Oracle,
+) -> (Generation, Recorder) {
+    let mut recorder = Recorder::default();
+    let generation = engine
+        .generate_speculative(request, oracle, &mut recorder, &CancelToken::default())
+        .unwrap();
+    (generation, recorder)
+}
+
+#[test]
+fn right_drafts_are_all_accepted_and_wrong_ones_cut_the_block() {
+    let engine = pair("dense-mlx-4bit", "drafter-dense-f32");
+    for temperature in [0.0, 0.8] {
+        let mut plain_request = request("def fib(n):", Speculation::Off, temperature);
+        plain_request.max_tokens = 40;
+        let (plain, _) = run(&engine, &plain_request);
+        assert_eq!(
+            plain.token_ids.len(),
+            40,
+            "the fixture should not stop early"
+        );
+        for wrong_at in [None, Some(0), Some(5)] {
+            let mut oracle = Oracle {
+                taps: vec![0, 3],
+                expected: plain.token_ids.clone(),
+                wrong_at,
+                block: 8,
+            };
+            let (fast, rec) = with_oracle(&engine, &plain_request, &mut oracle);
+            assert_eq!(fast.token_ids, plain.token_ids, "wrong_at {wrong_at:?}");
+            let full_rounds = &rec.rounds[..rec.rounds.len() - 1];
+            for round in full_rounds {
+                let expected = wrong_at.unwrap_or(round.block_size - 1);
+                assert_eq!(
+                    round.accepted, expected,
+                    "T={temperature} wrong_at {wrong_at:?}"
+                );
+                assert_eq!(round.committed, round.accepted + 1);
+            }
+            if wrong_at.is_none() {
+                // accept length == block size: 7 drafts + the target's token.
+                assert!(full_rounds
+                    .iter()
+                    .all(|r| r.block_size == 8 && r.committed == 8));
+                assert_eq!(fast.stats.mean_accept_len, 39.0 / rec.rounds.len() as f64);
+            }
+            let drafted: usize = rec.tokens.iter().filter(|t| t.1).count();
+            assert_eq!(drafted, fast.stats.accepted_tokens);
+        }
+    }
+}
+
+#[test]
+fn max_tokens_and_stop_sequences_inside_a_block_truncate_before_commit() {
+    let engine = pair("dense-mlx-4bit", "drafter-dense-f32");
+    let mut long = request("def fib(n):", Speculation::Off, 0.0);
+    long.max_tokens = 40;
+    let (plain, _) = run(&engine, &long);
+    let oracle = |block| Oracle {
+        taps: vec![0, 3],
+        expected: plain.token_ids.clone(),
+        wrong_at: None,
+        block,
+    };
+    for max_tokens in [1, 2, 10, 17] {
+        let mut r = long.clone();
+        r.max_tokens = max_tokens;
+        let (fast, _) = with_oracle(&engine, &r, &mut oracle(16));
+        assert_eq!(fast.token_ids, plain.token_ids[..max_tokens]);
+        assert_eq!(fast.finish_reason, FinishReason::Length);
+    }
+    // A stop sequence taken from the middle of the text: same cut as plain.
+    let chars: Vec<char> = plain.text.chars().collect();
+    let stop: String = chars[chars.len() / 2..chars.len() / 2 + 3].iter().collect();
+    let mut stopped = long.clone();
+    stopped.stop = vec![stop.clone()];
+    let (plain_stop, _) = run(&engine, &stopped);
+    let (fast_stop, rec) = with_oracle(&engine, &stopped, &mut oracle(16));
+    assert_eq!(plain_stop.finish_reason, FinishReason::Stop, "{stop:?}");
+    assert_eq!(fast_stop.text, plain_stop.text);
+    assert_eq!(fast_stop.token_ids, plain_stop.token_ids);
+    assert_eq!(fast_stop.finish_reason, FinishReason::Stop);
+    assert_eq!(rec.text, plain_stop.text);
+}
+
+/// A copy of a fixture folder with `edit` applied to its config.json.
+fn edited_copy(from: &Path, to: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+    let path = to.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(&path, config.to_string()).unwrap();
+}
+
+#[test]
+fn eos_inside_a_block_ends_the_generation_there() {
+    let plain_engine = pair("dense-mlx-4bit", "drafter-dense-f32");
+    let mut long = request("def fib(n):", Speculation::Off, 0.0);
+    long.max_tokens = 40;
+    let (plain, _) = run(&plain_engine, &long);
+    // Make the 12th generated token an end-of-sequence token.
+    let eos = plain.token_ids[11];
+    let first = plain.token_ids.iter().position(|&t| t == eos).unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let target = temp.path().join("target");
+    edited_copy(&fixtures().join("dense-mlx-4bit"), &target, |c| {
+        c["eos_token_id"] = serde_json::json!([2, eos]);
+    });
+    let engine = Engine::load(&target, Some(&fixtures().join("drafter-dense-f32"))).unwrap();
+    let mut oracle = Oracle {
+        taps: vec![0, 3],
+        expected: plain.token_ids.clone(),
+        wrong_at: None,
+        block: 16,
+    };
+    let (fast, rec) = with_oracle(&engine, &long, &mut oracle);
+    assert_eq!(fast.finish_reason, FinishReason::Stop);
+    assert_eq!(fast.token_ids, plain.token_ids[..first]);
+    assert_eq!(rec.tokens.len(), first, "nothing past EOS reaches the sink");
+}
+
+#[test]
+fn a_generated_token_equal_to_the_mask_token_is_kept() {
+    let engine = pair("dense-mlx-4bit", "drafter-dense-f32");
+    let (plain, _) = run(&engine, &request("def fib(n):", Speculation::Off, 0.0));
+    // A drafter whose mask token is one the target generates.
+    let mask = plain.token_ids[3];
+    let temp = tempfile::tempdir().unwrap();
+    let drafter = temp.path().join("drafter");
+    edited_copy(&fixtures().join("drafter-dense-f32"), &drafter, |c| {
+        c["dflash_config"]["mask_token_id"] = mask.into();
+    });
+    let engine = Engine::load(&fixtures().join("dense-mlx-4bit"), Some(&drafter)).unwrap();
+    let (fast, _) = run(&engine, &request("def fib(n):", Speculation::Dflash, 0.0));
+    assert_eq!(fast.token_ids, plain.token_ids);
+    assert!(fast.token_ids.contains(&mask));
+}
+
+#[test]
+fn speculation_off_and_auto_choose_the_loop() {
+    let engine = pair("dense-mlx-4bit", "drafter-dense-f32");
+    let (off, rec) = run(&engine, &request("hello", Speculation::Off, 0.0));
+    assert_eq!(off.stats.mode, Some(Mode::Ar));
+    assert!(rec.rounds.iter().all(|r| r.mode == Mode::Ar));
+    let (auto, _) = run(&engine, &request("hello", Speculation::Auto, 0.0));
+    assert_eq!(auto.stats.mode, Some(Mode::Dflash));
+    assert_eq!(auto.token_ids, off.token_ids);
+}
