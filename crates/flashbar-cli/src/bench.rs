@@ -5,7 +5,9 @@
 
 use crate::models::resolve_model;
 use anyhow::Context;
-use flashbar_engine::{CancelToken, Engine, GenerateRequest, NullSink, Prompt, Speculation};
+use flashbar_engine::{
+    CancelToken, Engine, GenerateRequest, Mode, Prompt, RoundStats, Sink, Speculation,
+};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -49,16 +51,31 @@ struct PromptReport {
     completion_tokens: usize,
     prefill_tokens_per_second: f64,
     decode_tokens_per_second: f64,
+    /// Speculation "dflash" (every round) and "auto" (the gate decides).
     #[serde(skip_serializing_if = "Option::is_none")]
-    dflash: Option<DflashReport>,
+    dflash: Option<SpecReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    auto: Option<SpecReport>,
 }
 
 #[derive(serde::Serialize)]
-struct DflashReport {
+struct SpecReport {
     decode_tokens_per_second: f64,
     mean_accept_len: f64,
-    /// DFlash tok/s over plain tok/s, measured in this run.
+    /// tok/s over plain decoding's tok/s, measured side by side in this run.
     speedup: f64,
+    /// Every round of the last run: the metrics stream the app charts.
+    rounds: Vec<RoundStats>,
+}
+
+/// Keeps the rounds of a run.
+#[derive(Default)]
+struct RoundLog(Vec<RoundStats>);
+
+impl Sink for RoundLog {
+    fn round(&mut self, stats: &RoundStats) {
+        self.0.push(stats.clone());
+    }
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -99,11 +116,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             .collect(),
         None => BUILTIN_PROMPTS.iter().map(|p| p.to_string()).collect(),
     };
-    let run_once = |prompt: &str, max_tokens: usize, speculation| {
+    let run_logged = |prompt: &str, max_tokens: usize, speculation, log: &mut RoundLog| {
         let mut request = GenerateRequest::new(Prompt::Text(prompt.to_owned()));
         request.max_tokens = max_tokens;
         request.speculation = speculation;
-        engine.generate(&request, &mut NullSink, &CancelToken::default())
+        engine.generate(&request, log, &CancelToken::default())
+    };
+    let run_once = |prompt: &str, max_tokens: usize, speculation| {
+        run_logged(prompt, max_tokens, speculation, &mut RoundLog::default())
     };
     run_once(&prompts[0], 8, Speculation::Off)?; // warm-up
     if engine.drafter().is_some() {
@@ -111,11 +131,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let mut reports = Vec::new();
     for prompt in &prompts {
-        let (mut runs, mut fast) = (Vec::new(), Vec::new());
+        let (mut runs, mut fast, mut auto) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut fast_log, mut auto_log) = (RoundLog::default(), RoundLog::default());
+        // Interleaved, so drift (heat, other load) hits every mode alike.
         for _ in 0..args.repeats.max(1) {
             runs.push(run_once(prompt, args.max_tokens, Speculation::Off)?.stats);
             if engine.drafter().is_some() {
-                fast.push(run_once(prompt, args.max_tokens, Speculation::Dflash)?.stats);
+                fast_log = RoundLog::default();
+                let speculation = Speculation::Dflash;
+                fast.push(run_logged(prompt, args.max_tokens, speculation, &mut fast_log)?.stats);
+                auto_log = RoundLog::default();
+                let speculation = Speculation::Auto;
+                auto.push(run_logged(prompt, args.max_tokens, speculation, &mut auto_log)?.stats);
             }
         }
         let median_of = |runs: &[flashbar_engine::Totals],
@@ -126,20 +153,26 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         };
         let median = |f: &dyn Fn(&flashbar_engine::Totals) -> f64| median_of(&runs, f);
         let plain_speed = median(&|s| s.tokens_per_second);
-        let dflash = (!fast.is_empty()).then(|| {
-            let speed = median_of(&fast, &|s| s.tokens_per_second);
-            DflashReport {
-                decode_tokens_per_second: speed,
-                mean_accept_len: median_of(&fast, &|s| s.mean_accept_len),
-                speedup: speed / plain_speed,
-            }
-        });
+        let report = |runs: &[flashbar_engine::Totals], log: RoundLog| {
+            (!runs.is_empty()).then(|| {
+                let speed = median_of(runs, &|s| s.tokens_per_second);
+                SpecReport {
+                    decode_tokens_per_second: speed,
+                    mean_accept_len: median_of(runs, &|s| s.mean_accept_len),
+                    speedup: speed / plain_speed,
+                    rounds: log.0,
+                }
+            })
+        };
+        let dflash = report(&fast, fast_log);
+        let auto = report(&auto, auto_log);
         reports.push(PromptReport {
             prompt_tokens: runs[0].prompt_tokens,
             completion_tokens: runs[0].completion_tokens,
             prefill_tokens_per_second: median(&|s| s.prompt_tokens as f64 / s.prompt_seconds),
             decode_tokens_per_second: plain_speed,
             dflash,
+            auto,
         });
     }
     if args.json {
@@ -164,11 +197,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 r.completion_tokens,
                 r.decode_tokens_per_second
             );
-            if let Some(d) = &r.dflash {
-                println!(
-                    "    dflash: {:>8.1} tok/s, mean accept {:.2}, speedup {:.2}x",
-                    d.decode_tokens_per_second, d.mean_accept_len, d.speedup
-                );
+            for (name, report) in [("dflash", &r.dflash), ("auto", &r.auto)] {
+                if let Some(d) = report {
+                    let dflash_rounds = d.rounds.iter().filter(|s| s.mode == Mode::Dflash).count();
+                    println!(
+                        "    {name:<6}: {:>8.1} tok/s, mean accept {:.2}, {dflash_rounds} of {} rounds drafted, {:.2}x plain",
+                        d.decode_tokens_per_second,
+                        d.mean_accept_len,
+                        d.rounds.len(),
+                        d.speedup
+                    );
+                }
             }
         }
     }

@@ -16,6 +16,7 @@ pub mod doctor;
 mod emit;
 pub mod engine;
 pub mod error;
+pub mod policy;
 pub mod proposer;
 pub mod request;
 pub mod sampling;

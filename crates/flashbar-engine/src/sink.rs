@@ -1,6 +1,8 @@
 //! What a generation reports while it runs: the engine pushes into a [`Sink`]
 //! that the app, the server and the CLI each implement.
 
+use crate::policy::gate::GateState;
+use crate::policy::thermal::ThermalState;
 use serde::Serialize;
 
 /// How a round produced its tokens.
@@ -26,6 +28,12 @@ pub struct RoundStats {
     pub draft_ms: f64,
     pub verify_ms: f64,
     pub rollback_ms: f64,
+    /// DFlash rounds: committed tokens x warm plain step time / round time
+    /// (None until plain decoding has been timed).
+    pub speedup: Option<f64>,
+    /// The speedup gate's state after this round (None: speculation not gated).
+    pub gate: Option<GateState>,
+    pub thermal: ThermalState,
 }
 
 /// Why a generation ended.

@@ -1,29 +1,62 @@
-//! The draft-verify loop ("DFlash loop" in DESIGN.md). Lossless: every
+//! The decoding loop: plain steps and DFlash draft-verify rounds ("DFlash
+//! loop" in DESIGN.md), mixed as the speedup gate decides. Lossless: every
 //! committed token is the target's own choice at its position (argmax, or
 //! the position-keyed sample), so the output equals plain decoding's.
 
 use crate::emit::Emitter;
 use crate::error::Result;
+use crate::policy::block_size::BlockSizePolicy;
+use crate::policy::gate::{Gate, Plan};
+use crate::policy::thermal::ThermalSource;
 use crate::proposer::Proposer;
 use crate::request::{CancelToken, GenerateRequest};
 use crate::sampling::SamplingParams;
 use crate::sink::{FinishReason, Generation, Mode, RoundStats, Sink, Totals};
 use crate::tokenizer::TextTokenizer;
-use flashbar_models::Model;
+use flashbar_models::{LayerCache, Model};
 use mlx_rs::ops::concatenate;
 use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
 use mlx_rs::{Array, Dtype};
 use std::time::Instant;
 
-pub(crate) struct Speculative<'a> {
-    pub model: &'a Model,
-    pub tokenizer: &'a TextTokenizer,
-    pub proposer: &'a mut dyn Proposer,
-    /// Tokens per verify (last token + drafts), capped by the proposer.
-    pub block_size: usize,
+/// Who decides between plain steps and DFlash rounds.
+pub(crate) enum Control<'a> {
+    /// Plain decoding only.
+    Plain,
+    /// DFlash every round (the gate still measures, for the stats).
+    Forced(&'a mut Gate),
+    /// The gate decides.
+    Gated(&'a mut Gate),
 }
 
-impl Speculative<'_> {
+pub(crate) struct Decoding<'a, 'p> {
+    pub model: &'a Model,
+    pub tokenizer: &'a TextTokenizer,
+    pub proposer: Option<&'a mut (dyn Proposer + 'p)>,
+    pub control: Control<'a>,
+    pub thermal: &'a mut dyn ThermalSource,
+    /// A fixed block size (the request's), else adaptive.
+    pub block_size: Option<usize>,
+}
+
+/// One generation's state between rounds.
+struct Run<'t> {
+    cache: Vec<LayerCache>,
+    emitter: Emitter<'t>,
+    /// The newest committed token, not yet fed to the target.
+    last: u32,
+    generated: usize,
+    finish: Option<FinishReason>,
+    /// Tap rows of committed positions the proposer has not seen yet.
+    context: Vec<Array>,
+    rounds: usize,
+    dflash_rounds: usize,
+    accepted: usize,
+    prompt_len: usize,
+    max_tokens: usize,
+}
+
+impl Decoding<'_, '_> {
     pub fn generate(
         &mut self,
         prompt: &[u32],
@@ -32,115 +65,69 @@ impl Speculative<'_> {
         sink: &mut dyn Sink,
         cancel: &CancelToken,
     ) -> Result<Generation> {
-        let model = self.model;
-        let sampling = &request.sampling;
-        let taps = self.proposer.tap_layers().to_vec();
-        let block_size = self.block_size.clamp(1, self.proposer.max_block_size());
-        let mut cache = model.new_cache();
-        let mut emitter = Emitter::new(self.tokenizer, request.stop.clone());
         let started = Instant::now();
-
-        // 1. Prefill with taps; the first token is the target's.
+        let mut run = Run {
+            cache: self.model.new_cache(),
+            emitter: Emitter::new(self.tokenizer, request.stop.clone()),
+            last: 0,
+            generated: 0,
+            finish: None,
+            context: Vec::new(),
+            rounds: 0,
+            dflash_rounds: 0,
+            accepted: 0,
+            prompt_len: prompt.len(),
+            max_tokens,
+        };
+        let mut blocks = self
+            .proposer
+            .as_ref()
+            .map(|p| BlockSizePolicy::new(p.max_block_size()));
+        // Prefill (with taps); its token is the first plain step.
         let input = Array::from_slice(prompt, &[1, prompt.len() as i32]);
-        let (logits, mut context) = model.forward_with_taps(&input, &mut cache, &taps)?;
-        let mut last = choose_all(&logits.index((.., -1..)), sampling, prompt.len())?[0];
+        let first = self.step(&mut run, &input, &request.sampling, prompt.len())?;
+        self.commit_plain(&mut run, first.resolve()?, started, sink)?;
         let first_token_at = Instant::now();
-        let mut finish = emitter.commit(last, false, sink)?;
-        let mut generated = 1;
-        let (mut rounds, mut accepted_total) = (0, 0);
 
-        while finish.is_none() && generated < max_tokens {
+        while run.finish.is_none() && run.generated < max_tokens {
             if cancel.is_cancelled() {
-                finish = Some(FinishReason::Cancelled);
+                run.finish = Some(FinishReason::Cancelled);
                 break;
             }
-            // 2. Draft, then verify [last, drafts] in one forward.
-            let drafts_wanted = block_size.min(max_tokens - generated) - 1;
-            let clock = Instant::now();
-            let drafts = if drafts_wanted > 0 {
-                let d = self
-                    .proposer
-                    .propose(model, last, &context, drafts_wanted, generated)?;
-                d.eval()?;
-                Some(d)
-            } else {
-                None
-            };
-            let draft_ms = ms_since(clock);
-            let clock = Instant::now();
-            let last_array = Array::from_slice(&[last], &[1, 1]);
-            let input = match &drafts {
-                Some(d) => concatenate(&[&last_array, d], 1)?,
-                None => last_array,
-            };
-            let (logits, verify_taps, tape) = model.verify(&input, &mut cache, &taps)?;
-            let chosen = choose_all(&logits, sampling, prompt.len() + generated)?;
-            let drafted = match &drafts {
-                Some(d) => host_u32(d)?,
-                None => Vec::new(),
-            };
-            let verify_ms = ms_since(clock);
-
-            // 3. The longest agreeing prefix, plus the target's own next token.
-            let accepted = drafted
-                .iter()
-                .zip(&chosen)
-                .take_while(|(d, c)| d == c)
-                .count();
-            // 4. Commit one at a time: EOS, a stop sequence or max_tokens
-            // inside the block ends it before anything past shows.
-            let mut committed = 0;
-            for (i, &token) in chosen[..=accepted].iter().enumerate() {
-                finish = emitter.commit(token, i < accepted, sink)?;
-                committed += 1;
-                generated += 1;
-                if finish.is_some() || generated >= max_tokens {
-                    break;
+            match self.plan() {
+                Plan::Ar(steps) => self.plain_steps(&mut run, steps, request, sink, cancel)?,
+                Plan::Dflash => {
+                    let block = match (&self.block_size, &blocks) {
+                        (Some(fixed), _) => *fixed,
+                        (None, Some(policy)) => policy.next(),
+                        (None, None) => 2,
+                    };
+                    let (accepted, drafted) =
+                        self.round(&mut run, block, &request.sampling, sink)?;
+                    if let Some(policy) = &mut blocks {
+                        policy.observe(accepted, drafted);
+                    }
                 }
             }
-            last = chosen[accepted];
-
-            // 5. Keep [last, accepted drafts] in the target cache and give the
-            // drafter only their taps.
-            let clock = Instant::now();
-            model.rollback(&mut cache, &tape, accepted + 1)?;
-            context = verify_taps.index((.., ..(accepted as i32 + 1)));
-            let rollback_ms = ms_since(clock);
-            rounds += 1;
-            accepted_total += accepted;
-            sink.round(&RoundStats {
-                mode: Mode::Dflash,
-                block_size: drafted.len() + 1,
-                accepted,
-                committed,
-                draft_ms,
-                verify_ms,
-                rollback_ms,
-            });
         }
-        let finish = finish.unwrap_or(FinishReason::Length);
+        let finish = run.finish.unwrap_or(FinishReason::Length);
         if finish != FinishReason::Stop {
-            emitter.flush(sink)?;
+            run.emitter.flush(sink)?;
         }
-        let done = Instant::now();
-        let completion = emitter.ids.len();
-        let decode_seconds = (done - first_token_at).as_secs_f64();
-        let round_tokens = generated - 1;
+        let decode_seconds = first_token_at.elapsed().as_secs_f64();
+        let completion = run.emitter.ids.len();
         Ok(Generation {
-            text: emitter.text,
-            token_ids: emitter.ids,
-            finish_reason: finish,
             stats: Totals {
-                mode: Some(Mode::Dflash),
+                mode: Some(if run.dflash_rounds > 0 {
+                    Mode::Dflash
+                } else {
+                    Mode::Ar
+                }),
                 prompt_tokens: prompt.len(),
                 completion_tokens: completion,
-                rounds,
-                accepted_tokens: accepted_total,
-                mean_accept_len: if rounds > 0 {
-                    round_tokens as f64 / rounds as f64
-                } else {
-                    0.0
-                },
+                rounds: run.rounds,
+                accepted_tokens: run.accepted,
+                mean_accept_len: run.generated as f64 / run.rounds.max(1) as f64,
                 prompt_seconds: (first_token_at - started).as_secs_f64(),
                 decode_seconds,
                 tokens_per_second: if completion > 1 && decode_seconds > 0.0 {
@@ -149,8 +136,259 @@ impl Speculative<'_> {
                     0.0
                 },
             },
+            text: run.emitter.text,
+            token_ids: run.emitter.ids,
+            finish_reason: finish,
         })
     }
+
+    fn plan(&mut self) -> Plan {
+        let thermal = self.thermal.state();
+        match (&mut self.control, &self.proposer) {
+            (Control::Plain, _) | (_, None) => Plan::Ar(usize::MAX),
+            (Control::Forced(gate), Some(_)) => {
+                gate.set_thermal(thermal);
+                Plan::Dflash
+            }
+            (Control::Gated(gate), Some(_)) => {
+                gate.set_thermal(thermal);
+                gate.plan()
+            }
+        }
+    }
+
+    fn gate(&mut self) -> Option<&mut Gate> {
+        match &mut self.control {
+            Control::Plain => None,
+            Control::Forced(gate) | Control::Gated(gate) => Some(gate),
+        }
+    }
+
+    fn taps(&self) -> Vec<usize> {
+        self.proposer
+            .as_ref()
+            .map_or_else(Vec::new, |p| p.tap_layers().to_vec())
+    }
+
+    /// Feeds `input` to the target (keeping its taps for the proposer) and
+    /// chooses the token after it, at absolute `position`.
+    fn step(
+        &self,
+        run: &mut Run,
+        input: &Array,
+        sampling: &SamplingParams,
+        position: usize,
+    ) -> Result<Pending> {
+        let taps = self.taps();
+        let logits = if taps.is_empty() {
+            self.model.forward(input, &mut run.cache)?
+        } else {
+            let (logits, tapped) = self.model.forward_with_taps(input, &mut run.cache, &taps)?;
+            run.context.push(tapped);
+            logits
+        };
+        choose(&logits.index((0, -1)), sampling, position as u64)
+    }
+
+    /// Up to `steps` plain steps, the next one queued on the device before
+    /// the current token is read back (greedy), as plain decoding does.
+    fn plain_steps(
+        &mut self,
+        run: &mut Run,
+        steps: usize,
+        request: &GenerateRequest,
+        sink: &mut dyn Sink,
+        cancel: &CancelToken,
+    ) -> Result<()> {
+        let sampling = &request.sampling;
+        let mut clock = Instant::now();
+        // The token chosen after feeding generated token i sits at
+        // position prompt_len + i + 1.
+        let position = |run: &Run| run.prompt_len + run.generated;
+        let last = Array::from_slice(&[run.last], &[1, 1]);
+        let mut pending = self.step(run, &last, sampling, position(run))?;
+        for i in 0..steps {
+            let more = i + 1 < steps && run.generated + 1 < run.max_tokens;
+            let queued = match (&pending, more) {
+                (Pending::Device(token), true) => {
+                    let next = position(run) + 1; // `token` is not committed yet
+                    Some(self.step(run, &token.reshape(&[1, 1])?, sampling, next)?)
+                }
+                _ => None,
+            };
+            let token = pending.resolve()?;
+            self.commit_plain(run, token, clock, sink)?;
+            clock = Instant::now();
+            if run.finish.is_some() || run.generated >= run.max_tokens || cancel.is_cancelled() {
+                break;
+            }
+            pending = match queued {
+                Some(next) => next,
+                None if i + 1 < steps => {
+                    let input = Array::from_slice(&[token], &[1, 1]);
+                    self.step(run, &input, sampling, position(run))?
+                }
+                None => break,
+            };
+        }
+        Ok(())
+    }
+
+    fn commit_plain(
+        &mut self,
+        run: &mut Run,
+        token: u32,
+        since: Instant,
+        sink: &mut dyn Sink,
+    ) -> Result<()> {
+        let ms = since.elapsed().as_secs_f64() * 1e3;
+        run.finish = run.emitter.commit(token, false, sink)?;
+        run.generated += 1;
+        run.rounds += 1;
+        run.last = token;
+        let thermal = self.thermal.state();
+        let gate = self.gate().map(|gate| {
+            gate.observe_ar(ms);
+            gate.state()
+        });
+        sink.round(&RoundStats {
+            mode: Mode::Ar,
+            block_size: 1,
+            accepted: 0,
+            committed: 1,
+            draft_ms: 0.0,
+            verify_ms: ms,
+            rollback_ms: 0.0,
+            speedup: None,
+            gate,
+            thermal,
+        });
+        Ok(())
+    }
+
+    /// One DFlash round with a block of up to `block` tokens (last + drafts).
+    /// Returns (accepted, drafted).
+    fn round(
+        &mut self,
+        run: &mut Run,
+        block: usize,
+        sampling: &SamplingParams,
+        sink: &mut dyn Sink,
+    ) -> Result<(usize, usize)> {
+        let model = self.model;
+        let taps = self.taps();
+        let proposer = self.proposer.as_mut().expect("a round needs a proposer");
+        let block = block.clamp(1, proposer.max_block_size());
+        let round_start = Instant::now();
+        // 1. Draft from [last, mask...] with the context not seen yet.
+        let drafts_wanted = block.min(run.max_tokens - run.generated) - 1;
+        let drafts = if drafts_wanted > 0 && !run.context.is_empty() {
+            let context = concatenate(&run.context, 1)?;
+            run.context.clear();
+            let d = proposer.propose(model, run.last, &context, drafts_wanted, run.generated)?;
+            d.eval()?;
+            Some(d)
+        } else {
+            None
+        };
+        let draft_ms = ms_since(round_start);
+
+        // 2. Verify [last, drafts] in one forward, recording the tape.
+        let clock = Instant::now();
+        let last = Array::from_slice(&[run.last], &[1, 1]);
+        let input = match &drafts {
+            Some(d) => concatenate(&[&last, d], 1)?,
+            None => last,
+        };
+        let (logits, verify_taps, tape) = model.verify(&input, &mut run.cache, &taps)?;
+        let chosen = choose_all(&logits, sampling, run.prompt_len + run.generated)?;
+        let drafted = match &drafts {
+            Some(d) => host_u32(d)?,
+            None => Vec::new(),
+        };
+        let verify_ms = ms_since(clock);
+
+        // 3. The longest agreeing prefix, plus the target's own next token;
+        // 4. committed one by one, so EOS / stop / max_tokens cut the block.
+        let accepted = drafted
+            .iter()
+            .zip(&chosen)
+            .take_while(|(d, c)| d == c)
+            .count();
+        let mut committed = 0;
+        for (i, &token) in chosen[..=accepted].iter().enumerate() {
+            run.finish = run.emitter.commit(token, i < accepted, sink)?;
+            committed += 1;
+            run.generated += 1;
+            if run.finish.is_some() || run.generated >= run.max_tokens {
+                break;
+            }
+        }
+        run.last = chosen[accepted];
+
+        // 5. Keep [last, accepted drafts]; the proposer sees only their taps.
+        let clock = Instant::now();
+        model.rollback(&mut run.cache, &tape, accepted + 1)?;
+        run.context
+            .push(verify_taps.index((.., ..(accepted as i32 + 1))));
+        let rollback_ms = ms_since(clock);
+
+        run.rounds += 1;
+        run.dflash_rounds += 1;
+        run.accepted += accepted;
+        let round_ms = ms_since(round_start);
+        let thermal = self.thermal.state();
+        let (speedup, gate) = match self.gate() {
+            Some(gate) => (gate.observe_round(committed, round_ms), Some(gate.state())),
+            None => (None, None),
+        };
+        sink.round(&RoundStats {
+            mode: Mode::Dflash,
+            block_size: drafted.len() + 1,
+            accepted,
+            committed,
+            draft_ms,
+            verify_ms,
+            rollback_ms,
+            speedup,
+            gate,
+            thermal,
+        });
+        Ok((accepted, drafted.len()))
+    }
+}
+
+/// The next token: still on the device (greedy), or already on the host.
+enum Pending {
+    Device(Array),
+    Host(u32),
+}
+
+impl Pending {
+    fn resolve(&self) -> Result<u32> {
+        match self {
+            Pending::Device(token) => token
+                .try_item_exact::<u32>()
+                .map_err(crate::engine::mlx_error),
+            Pending::Host(id) => Ok(*id),
+        }
+    }
+}
+
+/// Greedy picks on the device (evaluated asynchronously); sampling copies
+/// the logits `[vocab]` to the host and draws with the position's key.
+fn choose(logits: &Array, sampling: &SamplingParams, position: u64) -> Result<Pending> {
+    if sampling.is_greedy() {
+        let token = argmax_axis(logits, -1, false)?.as_dtype(Dtype::Uint32)?;
+        mlx_rs::transforms::async_eval([&token])?;
+        return Ok(Pending::Device(token));
+    }
+    let host = logits.as_dtype(Dtype::Float32)?;
+    host.eval()?;
+    let values = host
+        .try_as_slice::<f32>()
+        .map_err(crate::engine::mlx_error)?;
+    Ok(Pending::Host(sampling.sample(values, position)))
 }
 
 /// The target's choice at every row of `logits` `[1, n, vocab]`; row i is

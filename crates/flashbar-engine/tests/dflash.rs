@@ -125,7 +125,8 @@ fn dflash_equals_plain_decoding((target, drafter): (&str, &str), temperature: f3
             assert_eq!(streamed.text, fast.text);
             let ids: Vec<u32> = streamed.tokens.iter().map(|t| t.0).collect();
             assert_eq!(ids, fast.token_ids);
-            for round in &streamed.rounds {
+            assert_eq!(streamed.rounds[0].mode, Mode::Ar, "the prefill's token");
+            for round in &streamed.rounds[1..] {
                 assert_eq!(round.mode, Mode::Dflash);
                 assert!(round.block_size <= block && round.accepted < round.block_size);
                 assert!(round.committed <= round.accepted + 1);
@@ -201,10 +202,25 @@ fn with_oracle(
     oracle: &mut Oracle,
 ) -> (Generation, Recorder) {
     let mut recorder = Recorder::default();
+    let mut request = request.clone();
+    request.speculation = Speculation::Dflash;
     let generation = engine
-        .generate_speculative(request, oracle, &mut recorder, &CancelToken::default())
+        .generate_with(
+            &request,
+            Some(oracle),
+            &mut recorder,
+            &CancelToken::default(),
+        )
         .unwrap();
     (generation, recorder)
+}
+
+fn dflash_rounds(recorder: &Recorder) -> Vec<&RoundStats> {
+    recorder
+        .rounds
+        .iter()
+        .filter(|r| r.mode == Mode::Dflash)
+        .collect()
 }
 
 #[test]
@@ -228,7 +244,8 @@ fn right_drafts_are_all_accepted_and_wrong_ones_cut_the_block() {
             };
             let (fast, rec) = with_oracle(&engine, &plain_request, &mut oracle);
             assert_eq!(fast.token_ids, plain.token_ids, "wrong_at {wrong_at:?}");
-            let full_rounds = &rec.rounds[..rec.rounds.len() - 1];
+            let rounds = dflash_rounds(&rec);
+            let full_rounds = &rounds[..rounds.len() - 1];
             for round in full_rounds {
                 let expected = wrong_at.unwrap_or(round.block_size - 1);
                 assert_eq!(
@@ -242,7 +259,8 @@ fn right_drafts_are_all_accepted_and_wrong_ones_cut_the_block() {
                 assert!(full_rounds
                     .iter()
                     .all(|r| r.block_size == 8 && r.committed == 8));
-                assert_eq!(fast.stats.mean_accept_len, 39.0 / rec.rounds.len() as f64);
+                // 40 tokens: the prefill's, then 5 rounds of 8 minus the cut last one.
+                assert_eq!(fast.stats.mean_accept_len, 40.0 / rec.rounds.len() as f64);
             }
             let drafted: usize = rec.tokens.iter().filter(|t| t.1).count();
             assert_eq!(drafted, fast.stats.accepted_tokens);
@@ -339,6 +357,45 @@ fn a_generated_token_equal_to_the_mask_token_is_kept() {
     let (fast, _) = run(&engine, &request("def fib(n):", Speculation::Dflash, 0.0));
     assert_eq!(fast.token_ids, plain.token_ids);
     assert!(fast.token_ids.contains(&mask));
+}
+
+#[test]
+fn auto_floors_to_plain_decoding_when_the_drafter_is_useless() {
+    use flashbar_engine::policy::gate::GateState;
+    use flashbar_engine::policy::thermal::{ScriptedThermal, ThermalState};
+    let engine = pair("dense-mlx-4bit", "drafter-dense-f32");
+    engine.set_thermal_source(Box::new(ScriptedThermal::new(vec![ThermalState::Fair])));
+    let mut auto = request("def fib(n):", Speculation::Auto, 0.0);
+    auto.max_tokens = 120;
+    let (fast, rec) = run(&engine, &auto);
+    let mut plain_request = auto.clone();
+    plain_request.speculation = Speculation::Off;
+    let (plain, _) = run(&engine, &plain_request);
+    assert_eq!(fast.token_ids, plain.token_ids);
+    // A random drafter commits ~1 token per round: the gate floors within a
+    // few judged rounds and then mostly decodes plainly, probing with backoff.
+    let modes: String = rec
+        .rounds
+        .iter()
+        .map(|r| if r.mode == Mode::Ar { 'a' } else { 'd' })
+        .collect();
+    assert!(modes.starts_with("aaaa"), "calibration first: {modes}");
+    let first_floor = modes[4..].find('a').map(|i| i + 4).expect("never floored");
+    assert!(first_floor <= 4 + 4, "{modes}");
+    assert!(
+        modes.contains(&"a".repeat(32)),
+        "a 32-step backoff: {modes}"
+    );
+    assert!(rec
+        .rounds
+        .iter()
+        .any(|r| r.gate == Some(GateState::Floored)));
+    assert!(rec.rounds.iter().all(|r| r.thermal == ThermalState::Fair));
+    let judged: Vec<f64> = rec.rounds.iter().filter_map(|r| r.speedup).collect();
+    assert!(
+        !judged.is_empty() && judged.iter().all(|&s| s > 0.0 && s < 1.0),
+        "{judged:?}"
+    );
 }
 
 #[test]

@@ -1,0 +1,378 @@
+//! The realized-speedup gate: speculate only while it measurably pays.
+//!
+//! It measures the warm plain-decoding step time (the first, cold step is
+//! discarded) and, per DFlash round, the realized speedup
+//! `committed x t_ar / round_time`, averaged over rounds. Below 1 it floors
+//! to plain decoding for a backoff (32 steps, doubling to 512 while probes
+//! keep failing), then re-probes with unjudged warm-up rounds. Calibration
+//! is kept per thermal state: a state change switches to (or starts) that
+//! state's calibration. Measured throughput decides; the thermal state only
+//! says when old measurements stop holding.
+
+use crate::policy::thermal::ThermalState;
+use serde::Serialize;
+use std::collections::HashMap;
+
+#[derive(Clone, Debug)]
+pub struct GateConfig {
+    /// Plain steps to time before the first DFlash round (first one discarded).
+    pub calibration_steps: usize,
+    /// Rounds after (re)entering DFlash that are not judged (caches, kernels warm up).
+    pub warmup_rounds: usize,
+    /// Judged rounds before the gate may floor.
+    pub judge_after: usize,
+    pub first_backoff: usize,
+    pub max_backoff: usize,
+    /// Speculate while the averaged realized speedup is at least this.
+    pub keep_above: f64,
+}
+
+impl Default for GateConfig {
+    fn default() -> Self {
+        GateConfig {
+            calibration_steps: 4,
+            warmup_rounds: 1,
+            judge_after: 2,
+            first_backoff: 32,
+            max_backoff: 512,
+            keep_above: 1.0,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GateState {
+    /// Timing plain steps for this thermal state.
+    Calibrating,
+    /// Speculating, not judged yet.
+    WarmingUp,
+    Speculating,
+    /// Plain decoding until the next probe.
+    Floored,
+}
+
+/// What the loop should run next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Plain steps: this many before asking again.
+    Ar(usize),
+    Dflash,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Calibration {
+    ar_ms: Option<f64>,
+    steps_seen: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct Gate {
+    config: GateConfig,
+    calibrations: HashMap<ThermalState, Calibration>,
+    thermal: ThermalState,
+    state: GateState,
+    speedup: Option<f64>,
+    judged: usize,
+    warmup_left: usize,
+    floored_left: usize,
+    backoff: usize,
+}
+
+impl Gate {
+    pub fn new(config: GateConfig) -> Self {
+        let backoff = config.first_backoff;
+        Gate {
+            config,
+            calibrations: HashMap::new(),
+            thermal: ThermalState::Unknown,
+            state: GateState::Calibrating,
+            speedup: None,
+            judged: 0,
+            warmup_left: 0,
+            floored_left: 0,
+            backoff,
+        }
+    }
+
+    pub fn state(&self) -> GateState {
+        self.state
+    }
+
+    pub fn thermal(&self) -> ThermalState {
+        self.thermal
+    }
+
+    /// The averaged realized speedup of recent judged rounds.
+    pub fn speedup(&self) -> Option<f64> {
+        self.speedup
+    }
+
+    /// The warm plain step time for the current thermal state.
+    pub fn ar_step_ms(&self) -> Option<f64> {
+        self.calibrations.get(&self.thermal).and_then(|c| c.ar_ms)
+    }
+
+    pub fn plan(&self) -> Plan {
+        match self.state {
+            GateState::Calibrating => {
+                let seen = self
+                    .calibrations
+                    .get(&self.thermal)
+                    .map_or(0, |c| c.steps_seen);
+                Plan::Ar(self.config.calibration_steps.saturating_sub(seen).max(1))
+            }
+            GateState::Floored => Plan::Ar(self.floored_left.max(1)),
+            GateState::WarmingUp | GateState::Speculating => Plan::Dflash,
+        }
+    }
+
+    /// A thermal reading; a change recalibrates for the new state.
+    pub fn set_thermal(&mut self, thermal: ThermalState) {
+        if thermal == self.thermal {
+            return;
+        }
+        self.thermal = thermal;
+        self.speedup = None;
+        self.judged = 0;
+        self.backoff = self.config.first_backoff;
+        if self.ar_step_ms().is_some() {
+            self.enter_speculation();
+        } else {
+            self.state = GateState::Calibrating;
+        }
+    }
+
+    /// One plain step took `ms`.
+    pub fn observe_ar(&mut self, ms: f64) {
+        let calibration = self.calibrations.entry(self.thermal).or_default();
+        calibration.steps_seen += 1;
+        if calibration.steps_seen > 1 {
+            calibration.ar_ms = Some(match calibration.ar_ms {
+                Some(old) => 0.7 * old + 0.3 * ms,
+                None => ms,
+            });
+        }
+        match self.state {
+            GateState::Calibrating
+                if calibration.steps_seen >= self.config.calibration_steps
+                    && calibration.ar_ms.is_some() =>
+            {
+                self.enter_speculation()
+            }
+            GateState::Floored => {
+                self.floored_left = self.floored_left.saturating_sub(1);
+                if self.floored_left == 0 {
+                    self.enter_speculation();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// One DFlash round committed `committed` tokens in `ms`. Returns the
+    /// round's realized speedup over plain decoding, when it is known.
+    pub fn observe_round(&mut self, committed: usize, ms: f64) -> Option<f64> {
+        let ratio = self
+            .ar_step_ms()
+            .map(|ar| committed as f64 * ar / ms.max(1e-9));
+        match self.state {
+            GateState::WarmingUp => {
+                self.warmup_left = self.warmup_left.saturating_sub(1);
+                if self.warmup_left == 0 {
+                    self.state = GateState::Speculating;
+                }
+            }
+            GateState::Speculating => {
+                if let Some(ratio) = ratio {
+                    self.judge(ratio);
+                }
+            }
+            // Forced rounds (speculation "dflash") while calibrating or floored.
+            GateState::Calibrating | GateState::Floored => {}
+        }
+        ratio
+    }
+
+    fn judge(&mut self, ratio: f64) {
+        let averaged = match self.speedup {
+            Some(old) => 0.6 * old + 0.4 * ratio,
+            None => ratio,
+        };
+        self.speedup = Some(averaged);
+        self.judged += 1;
+        if self.judged < self.config.judge_after {
+            return;
+        }
+        if averaged < self.config.keep_above {
+            self.state = GateState::Floored;
+            self.floored_left = self.backoff;
+            self.backoff = (self.backoff * 2).min(self.config.max_backoff);
+        } else {
+            self.backoff = self.config.first_backoff; // the probe paid
+        }
+    }
+
+    fn enter_speculation(&mut self) {
+        self.state = GateState::WarmingUp;
+        self.warmup_left = self.config.warmup_rounds;
+        self.speedup = None;
+        self.judged = 0;
+        if self.warmup_left == 0 {
+            self.state = GateState::Speculating;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::thermal::{ScriptedThermal, ThermalSource};
+
+    /// A scripted machine: a plain step costs `ar_ms`; a DFlash round costs
+    /// `round_ms` and commits `committed` tokens (all may change over time).
+    struct Machine {
+        ar_ms: f64,
+        round_ms: f64,
+        committed: usize,
+    }
+
+    /// Drives the gate for `steps` decisions; returns the plan sequence as
+    /// 'a' (plain step) / 'd' (DFlash round).
+    fn drive(gate: &mut Gate, machine: &Machine, steps: usize) -> String {
+        let mut trace = String::new();
+        for _ in 0..steps {
+            match gate.plan() {
+                Plan::Ar(_) => {
+                    gate.observe_ar(machine.ar_ms);
+                    trace.push('a');
+                }
+                Plan::Dflash => {
+                    gate.observe_round(machine.committed, machine.round_ms);
+                    trace.push('d');
+                }
+            }
+        }
+        trace
+    }
+
+    fn gate() -> Gate {
+        let mut g = Gate::new(GateConfig::default());
+        g.set_thermal(ThermalState::Nominal);
+        g
+    }
+
+    #[test]
+    fn calibrates_then_speculates_while_it_pays() {
+        let mut g = gate();
+        // 10 ms per plain token; a round of 6 tokens in 20 ms = 3x.
+        let fast = Machine {
+            ar_ms: 10.0,
+            round_ms: 20.0,
+            committed: 6,
+        };
+        let trace = drive(&mut g, &fast, 40);
+        assert!(trace.starts_with("aaaad"), "{trace}");
+        assert!(!trace[4..].contains('a'), "{trace}");
+        assert_eq!(g.state(), GateState::Speculating);
+        assert!((g.speedup().unwrap() - 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn floors_to_plain_decoding_within_a_few_rounds_when_speculation_loses() {
+        let mut g = gate();
+        // A useless drafter: one token per 30 ms round vs 10 ms plain steps.
+        let useless = Machine {
+            ar_ms: 10.0,
+            round_ms: 30.0,
+            committed: 1,
+        };
+        let trace = drive(&mut g, &useless, 200);
+        let first_floor = trace[4..].find('a').unwrap() + 4;
+        assert!(
+            first_floor - 4 <= 3,
+            "floored only after {} rounds: {trace}",
+            first_floor - 4
+        );
+        // Probes back off: 32, 64, 128 plain steps between them.
+        let rounds = trace.matches('d').count();
+        assert!(rounds <= 12, "{rounds} rounds in 200 steps: {trace}");
+        let lost: f64 = rounds as f64 * (30.0 - 10.0);
+        let total: f64 = trace.len() as f64 * 10.0 + lost;
+        assert!(total / (trace.len() as f64 * 10.0) < 1.25, "{trace}");
+    }
+
+    #[test]
+    fn returns_to_speculation_when_acceptance_recovers() {
+        let mut g = gate();
+        let useless = Machine {
+            ar_ms: 10.0,
+            round_ms: 30.0,
+            committed: 1,
+        };
+        drive(&mut g, &useless, 60);
+        assert_eq!(g.state(), GateState::Floored);
+        let recovered = Machine {
+            ar_ms: 10.0,
+            round_ms: 30.0,
+            committed: 12,
+        };
+        let trace = drive(&mut g, &recovered, 200);
+        assert!(trace.ends_with(&"d".repeat(50)), "{trace}");
+        assert_eq!(g.state(), GateState::Speculating);
+    }
+
+    #[test]
+    fn recalibrates_on_a_thermal_change_and_keeps_each_state_apart() {
+        let mut thermal = ScriptedThermal::new(vec![ThermalState::Nominal, ThermalState::Serious]);
+        let mut g = Gate::new(GateConfig::default());
+        g.set_thermal(thermal.state());
+        drive(
+            &mut g,
+            &Machine {
+                ar_ms: 10.0,
+                round_ms: 20.0,
+                committed: 6,
+            },
+            20,
+        );
+        assert_eq!(g.ar_step_ms(), Some(10.0));
+        // Hot: plain steps slow to 25 ms; the gate times them afresh.
+        g.set_thermal(thermal.state());
+        assert_eq!(g.state(), GateState::Calibrating);
+        let trace = drive(
+            &mut g,
+            &Machine {
+                ar_ms: 25.0,
+                round_ms: 40.0,
+                committed: 6,
+            },
+            20,
+        );
+        assert!(trace.starts_with("aaaad"), "{trace}");
+        assert_eq!(g.ar_step_ms(), Some(25.0));
+        // Back to nominal: its calibration is still there, no plain steps needed.
+        g.set_thermal(ThermalState::Nominal);
+        assert_eq!(g.ar_step_ms(), Some(10.0));
+        assert_eq!(g.plan(), Plan::Dflash);
+    }
+
+    #[test]
+    fn warm_up_rounds_are_not_judged() {
+        let mut g = gate();
+        drive(
+            &mut g,
+            &Machine {
+                ar_ms: 10.0,
+                round_ms: 20.0,
+                committed: 6,
+            },
+            4,
+        );
+        assert_eq!(g.state(), GateState::WarmingUp);
+        // A very slow first round (kernels compiling) does not floor the gate.
+        g.observe_round(1, 5000.0);
+        assert_eq!(g.state(), GateState::Speculating);
+        assert_eq!(g.speedup(), None);
+    }
+}
