@@ -176,6 +176,25 @@ pub enum ParseError {
     Invalid(String),
 }
 
+/// The first of `fields` that is zero, as a config error.
+pub(crate) fn require_positive(fields: &[(&str, usize)]) -> Result<(), String> {
+    match fields.iter().find(|(_, v)| *v == 0) {
+        Some((name, _)) => Err(format!("`{name}` must be positive")),
+        None => Ok(()),
+    }
+}
+
+/// Attention heads must share KV heads evenly.
+pub(crate) fn require_multiple(
+    (heads, h): (&str, usize),
+    (kv_heads, kv): (&str, usize),
+) -> Result<(), String> {
+    if kv == 0 || !h.is_multiple_of(kv) {
+        return Err(format!("{heads} must be a multiple of {kv_heads}"));
+    }
+    Ok(())
+}
+
 impl TextConfig {
     fn check(&self, architecture: Architecture) -> Result<(), String> {
         let positive = [
@@ -189,21 +208,15 @@ impl TextConfig {
             ("full_attention_interval", self.full_attention_interval),
             ("linear_conv_kernel_dim", self.linear_conv_kernel_dim),
         ];
-        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(format!("`{name}` must be positive"));
-        }
-        if !self
-            .linear_num_value_heads
-            .is_multiple_of(self.linear_num_key_heads)
-        {
-            return Err("linear_num_value_heads must be a multiple of linear_num_key_heads".into());
-        }
-        if !self
-            .num_attention_heads
-            .is_multiple_of(self.num_key_value_heads)
-        {
-            return Err("num_attention_heads must be a multiple of num_key_value_heads".into());
-        }
+        require_positive(&positive)?;
+        require_multiple(
+            ("linear_num_value_heads", self.linear_num_value_heads),
+            ("linear_num_key_heads", self.linear_num_key_heads),
+        )?;
+        require_multiple(
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+        )?;
         match architecture {
             Architecture::Dense if self.intermediate_size == 0 => {
                 Err("missing field `intermediate_size`".into())

@@ -1,7 +1,7 @@
 //! A DFlash drafter's `config.json` (z-lab format; modal-labs checkpoints use
 //! the same keys), and the checks that it fits a target.
 
-use crate::config::{ModelConfig, QuantParams, Quantization};
+use crate::config::{require_multiple, require_positive, ModelConfig, QuantParams, Quantization};
 use crate::error::{ModelError, Result};
 use serde::Deserialize;
 use std::path::Path;
@@ -121,15 +121,11 @@ impl DrafterConfig {
             ("vocab_size", raw.vocab_size),
             ("num_target_layers", raw.num_target_layers),
         ];
-        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(format!("`{name}` must be positive"));
-        }
-        if !raw
-            .num_attention_heads
-            .is_multiple_of(raw.num_key_value_heads)
-        {
-            return Err("num_attention_heads must be a multiple of num_key_value_heads".into());
-        }
+        require_positive(&positive)?;
+        require_multiple(
+            ("num_attention_heads", raw.num_attention_heads),
+            ("num_key_value_heads", raw.num_key_value_heads),
+        )?;
         let rope = raw.rope_parameters.clone().or(raw.rope_scaling.clone());
         let rope_scale = match rope.as_ref().and_then(|r| r.rope_type.as_deref()) {
             None | Some("default") => 1.0,
