@@ -1,13 +1,13 @@
 //! The engine: a loaded model and tokenizer, and the decoding loop.
 
 use crate::chat_template;
+use crate::decoding::{Control, Decoding};
 use crate::error::{EngineError, Result};
 use crate::policy::gate::{Gate, GateConfig};
 use crate::policy::thermal::{system_source, ThermalSource};
 use crate::proposer::{DflashProposer, Proposer};
 use crate::request::{CancelToken, GenerateRequest, Prompt, Speculation};
 use crate::sink::{Generation, Sink};
-use crate::speculative::{Control, Decoding};
 use crate::tokenizer::TextTokenizer;
 use flashbar_models::{Drafter, Model};
 use std::path::Path;

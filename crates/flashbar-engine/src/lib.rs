@@ -7,10 +7,13 @@
 //!
 //! Modules: tokenizer and chat template; sampling (position-keyed, so
 //! speculative paths can reproduce it); stop rules and UTF-8-safe streaming;
-//! plain decoding and the DFlash draft-verify loop, with the [`proposer`]
-//! that supplies its drafts.
+//! the decoding loop (plain steps and DFlash draft-verify rounds, mixed as
+//! the [`policy`] gate decides), with the [`proposer`] that supplies drafts;
+//! [`verify_cost`], the measure that caps any DFlash speedup.
 
 pub mod chat_template;
+mod choose;
+mod decoding;
 pub mod detokenize;
 pub mod doctor;
 mod emit;
@@ -21,7 +24,6 @@ pub mod proposer;
 pub mod request;
 pub mod sampling;
 pub mod sink;
-mod speculative;
 pub mod stop;
 pub mod tokenizer;
 pub mod verify_cost;

@@ -3,6 +3,7 @@
 //! committed token is the target's own choice at its position (argmax, or
 //! the position-keyed sample), so the output equals plain decoding's.
 
+use crate::choose::{choose, choose_all, host_u32, Pending};
 use crate::emit::Emitter;
 use crate::error::Result;
 use crate::policy::block_size::BlockSizePolicy;
@@ -15,8 +16,8 @@ use crate::sink::{FinishReason, Generation, Mode, RoundStats, Sink, Totals};
 use crate::tokenizer::TextTokenizer;
 use flashbar_models::{LayerCache, Model};
 use mlx_rs::ops::concatenate;
-use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
-use mlx_rs::{Array, Dtype};
+use mlx_rs::ops::indexing::IndexOp;
+use mlx_rs::Array;
 use std::time::Instant;
 
 /// Who decides between plain steps and DFlash rounds.
@@ -86,7 +87,8 @@ impl Decoding<'_, '_> {
         // Prefill (with taps); its token is the first plain step.
         let input = Array::from_slice(prompt, &[1, prompt.len() as i32]);
         let first = self.step(&mut run, &input, &request.sampling, prompt.len())?;
-        self.commit_plain(&mut run, first.resolve()?, started, sink)?;
+        // Not a decode step: its time is the prefill's, which the gate must not learn.
+        self.commit_plain(&mut run, first.resolve()?, started, false, sink)?;
         let first_token_at = Instant::now();
 
         while run.finish.is_none() && run.generated < max_tokens {
@@ -217,7 +219,7 @@ impl Decoding<'_, '_> {
                 _ => None,
             };
             let token = pending.resolve()?;
-            self.commit_plain(run, token, clock, sink)?;
+            self.commit_plain(run, token, clock, true, sink)?;
             clock = Instant::now();
             if run.finish.is_some() || run.generated >= run.max_tokens || cancel.is_cancelled() {
                 break;
@@ -234,11 +236,14 @@ impl Decoding<'_, '_> {
         Ok(())
     }
 
+    /// Commits a plain step's token; `timed_step` when `since` measures one
+    /// decode step (the gate learns from those only).
     fn commit_plain(
         &mut self,
         run: &mut Run,
         token: u32,
         since: Instant,
+        timed_step: bool,
         sink: &mut dyn Sink,
     ) -> Result<()> {
         let ms = since.elapsed().as_secs_f64() * 1e3;
@@ -248,7 +253,9 @@ impl Decoding<'_, '_> {
         run.last = token;
         let thermal = self.thermal.state();
         let gate = self.gate().map(|gate| {
-            gate.observe_ar(ms);
+            if timed_step {
+                gate.observe_ar(ms);
+            }
             gate.state()
         });
         sink.round(&RoundStats {
@@ -356,73 +363,6 @@ impl Decoding<'_, '_> {
         });
         Ok((accepted, drafted.len()))
     }
-}
-
-/// The next token: still on the device (greedy), or already on the host.
-enum Pending {
-    Device(Array),
-    Host(u32),
-}
-
-impl Pending {
-    fn resolve(&self) -> Result<u32> {
-        match self {
-            Pending::Device(token) => token
-                .try_item_exact::<u32>()
-                .map_err(crate::engine::mlx_error),
-            Pending::Host(id) => Ok(*id),
-        }
-    }
-}
-
-/// Greedy picks on the device (evaluated asynchronously); sampling copies
-/// the logits `[vocab]` to the host and draws with the position's key.
-fn choose(logits: &Array, sampling: &SamplingParams, position: u64) -> Result<Pending> {
-    if sampling.is_greedy() {
-        let token = argmax_axis(logits, -1, false)?.as_dtype(Dtype::Uint32)?;
-        mlx_rs::transforms::async_eval([&token])?;
-        return Ok(Pending::Device(token));
-    }
-    let host = logits.as_dtype(Dtype::Float32)?;
-    host.eval()?;
-    let values = host
-        .try_as_slice::<f32>()
-        .map_err(crate::engine::mlx_error)?;
-    Ok(Pending::Host(sampling.sample(values, position)))
-}
-
-/// The target's choice at every row of `logits` `[1, n, vocab]`; row i is
-/// the token at absolute position `first_position + i` (the sampling key).
-/// Greedy picks on the device, as plain decoding does, so ties break alike.
-fn choose_all(
-    logits: &Array,
-    sampling: &SamplingParams,
-    first_position: usize,
-) -> Result<Vec<u32>> {
-    if sampling.is_greedy() {
-        return host_u32(&argmax_axis(logits, -1, false)?.as_dtype(Dtype::Uint32)?);
-    }
-    let rows = logits.shape()[1];
-    let host = logits.index(0).as_dtype(Dtype::Float32)?;
-    host.eval()?;
-    let values = host
-        .try_as_slice::<f32>()
-        .map_err(crate::engine::mlx_error)?;
-    let vocab = values.len() / rows as usize;
-    Ok(values
-        .chunks(vocab)
-        .enumerate()
-        .map(|(i, row)| sampling.sample(row, (first_position + i) as u64))
-        .collect())
-}
-
-fn host_u32(array: &Array) -> Result<Vec<u32>> {
-    let array = array.as_dtype(Dtype::Uint32)?.flatten(None, None)?;
-    array.eval()?;
-    Ok(array
-        .try_as_slice::<u32>()
-        .map_err(crate::engine::mlx_error)?
-        .to_vec())
 }
 
 fn ms_since(clock: Instant) -> f64 {
