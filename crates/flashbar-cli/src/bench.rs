@@ -152,10 +152,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             values[values.len() / 2]
         };
         let median = |f: &dyn Fn(&flashbar_engine::Totals) -> f64| median_of(&runs, f);
-        let plain_speed = median(&|s| s.tokens_per_second);
+        // Decode speed over all repeats (tokens after the first / time):
+        // steadier than a median when runs of different modes interleave.
+        let pooled = |runs: &[flashbar_engine::Totals]| {
+            let tokens: usize = runs
+                .iter()
+                .map(|s| s.completion_tokens.saturating_sub(1))
+                .sum();
+            let seconds: f64 = runs.iter().map(|s| s.decode_seconds).sum();
+            if seconds > 0.0 {
+                tokens as f64 / seconds
+            } else {
+                0.0
+            }
+        };
+        let plain_speed = pooled(&runs);
         let report = |runs: &[flashbar_engine::Totals], log: RoundLog| {
             (!runs.is_empty()).then(|| {
-                let speed = median_of(runs, &|s| s.tokens_per_second);
+                let speed = pooled(runs);
                 SpecReport {
                     decode_tokens_per_second: speed,
                     mean_accept_len: median_of(runs, &|s| s.mean_accept_len),

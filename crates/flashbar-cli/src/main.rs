@@ -6,6 +6,7 @@ mod bench;
 mod doctor;
 mod generate;
 mod models;
+mod serve;
 mod smoke;
 
 use clap::{Parser, Subcommand};
@@ -26,6 +27,8 @@ struct Cli {
 enum Command {
     /// Complete a prompt with a model (the embedded one by default).
     Generate(generate::GenerateArgs),
+    /// Serve the model over a local OpenAI-compatible HTTP endpoint.
+    Serve(serve::ServeArgs),
     /// Check that a model can be used, and say why not.
     Doctor(doctor::DoctorArgs),
     /// Measure prefill and decode speed on a model.
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
     };
     let outcome = match cli.command {
         Command::Generate(args) => generate::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Serve(args) => serve::run(args).map(|()| ExitCode::SUCCESS),
         Command::Doctor(args) => doctor::run(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench::run(args).map(|()| ExitCode::SUCCESS),
         Command::Smoke(args) => smoke::run(args),

@@ -282,3 +282,23 @@ fn dflash_without_a_drafter() {
     ]));
     assert!(stderr.contains("needs a drafter"), "{stderr}");
 }
+
+#[test]
+fn serve_on_a_busy_port_is_one_line() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let stderr = one_line_failure(&flashbar(&["serve", "--port", &port]));
+    assert!(stderr.contains("already in use"), "{stderr}");
+}
+
+#[test]
+fn serve_with_a_missing_model_is_one_line() {
+    let stderr = one_line_failure(&flashbar(&[
+        "serve",
+        "--port",
+        "0",
+        "--model",
+        "/nonexistent/model",
+    ]));
+    assert!(stderr.contains("model not found"), "{stderr}");
+}

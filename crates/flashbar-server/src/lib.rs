@@ -1,0 +1,32 @@
+//! Flashbar's local OpenAI-compatible HTTP endpoint.
+//!
+//! One [`Worker`] thread owns the loaded model and serves generations in
+//! arrival order from a bounded queue; a [`Server`] (axum) answers
+//! `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions`
+//! (whole or streamed as server-sent events) and `GET /health`, with
+//! OpenAI error objects, an optional API key and optional CORS.
+//!
+//! Modules: [`api`] (wire types), [`convert`] (request checks), [`worker`]
+//! (queue and engine thread), [`routes`], [`sse`], [`auth`], [`cors`],
+//! [`error`], [`server`] (start / stop).
+
+pub mod api;
+pub mod auth;
+pub mod convert;
+pub mod cors;
+pub mod error;
+pub mod routes;
+pub mod server;
+pub mod sse;
+pub mod worker;
+
+pub use error::ApiError;
+pub use server::{Server, ServerError, ServerOptions};
+pub use worker::{Backend, Worker, DEFAULT_QUEUE_CAPACITY};
+
+/// The default port: unused by other local-LLM apps (LM Studio 1234,
+/// Ollama 11434, Jan 1337, oMLX 8000).
+pub const DEFAULT_PORT: u16 = 8731;
+
+/// The default host: this machine only.
+pub const DEFAULT_HOST: &str = "127.0.0.1";

@@ -1,0 +1,300 @@
+//! The HTTP routes: `GET /v1/models`, `GET /v1/models/{id}`,
+//! `POST /v1/chat/completions`, `POST /v1/completions`, `GET /health`;
+//! anything else is a 404 error object.
+
+use crate::api::{self, Head, Kind};
+use crate::auth;
+use crate::convert::{self, ModelNames, Parsed};
+use crate::error::ApiError;
+use crate::sse;
+use crate::worker::{CancelOnDrop, Event, Worker};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{Method, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use flashbar_engine::CancelToken;
+use serde_json::{json, Value};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+
+/// What every handler sees.
+pub struct AppState {
+    pub worker: Arc<Worker>,
+    pub names: ModelNames,
+    /// When the server started (the models list's `created`).
+    pub created: u64,
+    /// Becomes true (or its sender is dropped) when the server cuts the
+    /// answers still running at shutdown.
+    pub cut: watch::Receiver<bool>,
+}
+
+impl AppState {
+    /// The state, and the sender that cuts running answers.
+    pub fn new(worker: Arc<Worker>, model_id: String) -> (Arc<AppState>, watch::Sender<bool>) {
+        let (cut_tx, cut) = watch::channel(false);
+        let state = AppState {
+            worker,
+            names: ModelNames { id: model_id },
+            created: now(),
+            cut,
+        };
+        (Arc::new(state), cut_tx)
+    }
+}
+
+/// Resolves once the server cuts running answers.
+pub async fn cut(mut signal: watch::Receiver<bool>) {
+    let _ = signal.wait_for(|cut| *cut).await;
+}
+
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A fresh, unguessable-enough response id.
+fn new_id(prefix: &str) -> String {
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    format!("{prefix}-{random:016x}")
+}
+
+/// The router; with `api_key`, the `/v1` routes require it (`/health`
+/// stays open: it says only whether the engine is busy).
+pub fn router(state: Arc<AppState>, api_key: Option<Arc<str>>) -> Router {
+    let mut v1 = Router::new()
+        .route("/v1/models", get(list_models))
+        .route("/v1/models/{id}", get(get_model))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions));
+    if let Some(key) = api_key {
+        v1 = v1.route_layer(axum::middleware::from_fn_with_state(key, auth::require_key));
+    }
+    Router::new()
+        .route("/health", get(health))
+        .merge(v1)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+fn model_object(state: &AppState) -> Value {
+    json!({
+        "id": state.names.id,
+        "object": "model",
+        "created": state.created,
+        "owned_by": "flashbar",
+    })
+}
+
+async fn list_models(State(state): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({"object": "list", "data": [model_object(&state)]}))
+}
+
+async fn get_model(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    state.names.resolve(Some(&id))?;
+    Ok(Json(model_object(&state)))
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({
+        "status": "ok",
+        "model": state.names.id,
+        "busy": state.worker.busy(),
+        "queued": state.worker.queued(),
+        "queue_capacity": state.worker.capacity(),
+    }))
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::route_not_found(method.as_str(), uri.path())
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::method_not_allowed(method.as_str(), uri.path())
+}
+
+/// The body's bytes, or the reason they could not be read (too large...).
+fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| ApiError {
+        status: rejection.status(),
+        ..ApiError::invalid(rejection.body_text())
+    })
+}
+
+async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = convert::parse_json(&body_bytes(body)?)?;
+    let parsed = convert::chat(body, &state.names, state.worker.context_length())?;
+    answer(&state, parsed, Kind::Chat).await
+}
+
+async fn completions(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = convert::parse_json(&body_bytes(body)?)?;
+    let parsed = convert::completion(body, &state.names, state.worker.context_length())?;
+    answer(&state, parsed, Kind::Text).await
+}
+
+/// Queues the generation, waits until it starts (so a refused request is
+/// still an HTTP error), then answers whole or as a stream. Dropping this
+/// future or the stream (client gone) cancels the generation.
+async fn answer(state: &AppState, parsed: Parsed, kind: Kind) -> Result<Response, ApiError> {
+    let cancel = CancelToken::default();
+    let guard = CancelOnDrop(cancel.clone());
+    let mut events = state.worker.submit(parsed.request, cancel)?;
+    let stopping = || ApiError::unavailable("the server is shutting down");
+    let first = tokio::select! {
+        event = events.recv() => event,
+        () = cut(state.cut.clone()) => return Err(stopping()),
+    };
+    match first {
+        Some(Event::Started { .. }) => {}
+        Some(Event::Failed(error)) => return Err(error),
+        _ => return Err(ApiError::internal("the engine stopped")),
+    }
+    let head = Head {
+        id: new_id(match kind {
+            Kind::Chat => "chatcmpl",
+            Kind::Text => "cmpl",
+        }),
+        created: now(),
+        model: parsed.model,
+    };
+    if parsed.stream {
+        return Ok(sse::respond(
+            kind,
+            head,
+            events,
+            guard,
+            parsed.include_usage,
+            state.cut.clone(),
+        ));
+    }
+    loop {
+        let event = tokio::select! {
+            event = events.recv() => event,
+            () = cut(state.cut.clone()) => return Err(stopping()),
+        };
+        let Some(event) = event else { break };
+        match event {
+            Event::Started { .. } | Event::Text(_) => {}
+            Event::Failed(error) => return Err(error),
+            Event::Done(outcome) => {
+                let body = match kind {
+                    Kind::Chat => api::chat_completion(&head, &outcome),
+                    Kind::Text => api::text_completion(&head, &outcome),
+                };
+                return Ok(Json(body).into_response());
+            }
+        }
+    }
+    Err(ApiError::internal("the engine stopped"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::tests::echo_worker;
+    use axum::body::{to_bytes, Body};
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    fn app(key: Option<&str>) -> Router {
+        let (state, cut) = AppState::new(Arc::new(echo_worker(4, 0)), "echo".into());
+        std::mem::forget(cut); // never cut
+        router(state, key.map(Arc::from))
+    }
+
+    async fn call(app: Router, request: Request<Body>) -> (u16, String) {
+        let response = app.oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let body = to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    fn post(path: &str, body: &str) -> Request<Body> {
+        Request::post(path)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_owned()))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn chat_whole_and_streamed() {
+        let body = r#"{"model":"echo","messages":[{"role":"user","content":"x"}],"max_tokens":2}"#;
+        let (status, text) = call(app(None), post("/v1/chat/completions", body)).await;
+        assert_eq!(status, 200, "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["choices"][0]["message"]["content"], "w0 w1 ");
+        assert_eq!(v["usage"]["completion_tokens"], 2);
+        assert!(v["flashbar"].is_object());
+
+        let body = r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"stream":true,
+            "stream_options":{"include_usage":true}}"#;
+        let (status, text) = call(app(None), post("/v1/chat/completions", body)).await;
+        assert_eq!(status, 200);
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("data: ")).collect();
+        assert_eq!(lines.last(), Some(&"data: [DONE]"));
+        let chunks: Vec<Value> = lines[..lines.len() - 1]
+            .iter()
+            .map(|l| serde_json::from_str(&l[6..]).unwrap())
+            .collect();
+        assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+        assert!(chunks.iter().all(|c| c["id"] == chunks[0]["id"]));
+        let usage = chunks.last().unwrap();
+        assert_eq!(usage["choices"], json!([]));
+        assert_eq!(usage["usage"]["total_tokens"], 3);
+    }
+
+    #[tokio::test]
+    async fn errors_are_objects() {
+        let (status, text) = call(app(None), post("/v1/chat/completions", "{oops")).await;
+        assert_eq!(status, 400);
+        assert!(text.contains("\"invalid_request_error\""));
+        let body = r#"{"model":"nope","messages":[{"role":"user","content":"x"}]}"#;
+        let (status, text) = call(app(None), post("/v1/chat/completions", body)).await;
+        assert_eq!(status, 404);
+        assert!(text.contains("model_not_found"));
+        let (status, _) = call(app(None), post("/v2/nothing", "{}")).await;
+        assert_eq!(status, 404);
+        let (status, text) = call(app(None), post("/v1/models", "{}")).await;
+        assert_eq!(status, 405);
+        assert!(text.contains("\"error\""));
+        let huge = format!("{{\"prompt\": \"{}\"}}", "x".repeat(3 << 20));
+        let (status, text) = call(app(None), post("/v1/completions", &huge)).await;
+        assert_eq!(status, 413);
+        assert!(text.contains("\"error\""));
+    }
+
+    #[tokio::test]
+    async fn the_key_is_required_when_set() {
+        let get = |key: Option<&str>| {
+            let mut r = Request::get("/v1/models");
+            if let Some(key) = key {
+                r = r.header("authorization", format!("Bearer {key}"));
+            }
+            r.body(Body::empty()).unwrap()
+        };
+        assert_eq!(call(app(Some("k")), get(None)).await.0, 401);
+        assert_eq!(call(app(Some("k")), get(Some("bad"))).await.0, 401);
+        assert_eq!(call(app(Some("k")), get(Some("k"))).await.0, 200);
+        assert_eq!(call(app(None), get(Some("anything"))).await.0, 200);
+        let health = Request::get("/health").body(Body::empty()).unwrap();
+        assert_eq!(call(app(Some("k")), health).await.0, 200);
+    }
+}

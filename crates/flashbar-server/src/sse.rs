@@ -1,0 +1,99 @@
+//! Streaming answers as server-sent events: chunks sharing one id/created,
+//! the chat role in the first delta, the finish reason, an optional usage
+//! chunk (`stream_options.include_usage`), then `data: [DONE]`. Dropping the
+//! stream (client gone) cancels the generation through its guard.
+
+use crate::api::{self, Head, Kind};
+use crate::worker::{CancelOnDrop, Event};
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::watch;
+
+struct State {
+    events: UnboundedReceiver<Event>,
+    /// Cancels the generation when the stream is dropped.
+    _guard: CancelOnDrop,
+    head: Head,
+    kind: Kind,
+    include_usage: bool,
+    pending: VecDeque<SseEvent>,
+    finished: bool,
+    cut: watch::Receiver<bool>,
+}
+
+fn data(value: serde_json::Value) -> SseEvent {
+    SseEvent::default().data(value.to_string())
+}
+
+/// The SSE response for a started generation.
+pub fn respond(
+    kind: Kind,
+    head: Head,
+    events: UnboundedReceiver<Event>,
+    guard: CancelOnDrop,
+    include_usage: bool,
+    cut: watch::Receiver<bool>,
+) -> Response {
+    let mut pending = VecDeque::new();
+    if kind == Kind::Chat {
+        pending.push_back(data(api::chunk(kind, &head, true, "", None)));
+    }
+    let state = State {
+        events,
+        _guard: guard,
+        head,
+        kind,
+        include_usage,
+        pending,
+        finished: false,
+        cut,
+    };
+    let chunks = stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(event) = state.pending.pop_front() {
+                return Some((Ok::<_, Infallible>(event), state));
+            }
+            if state.finished {
+                return None;
+            }
+            let event = tokio::select! {
+                event = state.events.recv() => event,
+                // Shutdown cut this answer: end it (the guard cancels).
+                () = crate::routes::cut(state.cut.clone()) => return None,
+            };
+            match event {
+                Some(Event::Started { .. }) => {}
+                Some(Event::Text(text)) => {
+                    let chunk = api::chunk(state.kind, &state.head, false, &text, None);
+                    state.pending.push_back(data(chunk));
+                }
+                Some(Event::Done(outcome)) => {
+                    let reason = Some(outcome.generation.finish_reason);
+                    let last = api::chunk(state.kind, &state.head, false, "", reason);
+                    state.pending.push_back(data(last));
+                    if state.include_usage {
+                        let usage = api::usage_chunk(state.kind, &state.head, &outcome);
+                        state.pending.push_back(data(usage));
+                    }
+                    state.pending.push_back(SseEvent::default().data("[DONE]"));
+                    state.finished = true;
+                }
+                Some(Event::Failed(error)) => {
+                    // Clients raise on a chunk carrying an error object.
+                    state.pending.push_back(data(error.body()));
+                    state.finished = true;
+                }
+                None => {
+                    let error = crate::error::ApiError::internal("the engine stopped");
+                    state.pending.push_back(data(error.body()));
+                    state.finished = true;
+                }
+            }
+        }
+    });
+    Sse::new(chunks).into_response()
+}
