@@ -1,0 +1,151 @@
+//! Unit tests of the GDN kernels' Rust side (the kernels themselves run in
+//! `flashbar smoke` on a GPU).
+
+use super::ffi::{Cuda, Metal};
+use super::*;
+use mlx_rs::{with_device, Device};
+
+#[test]
+fn only_gpu_backends_have_the_kernels() {
+    assert!(!available(Backend::Cpu));
+    assert_ne!(available(Backend::Cuda), available(Backend::Metal));
+}
+
+#[test]
+fn names_change_with_the_source() {
+    assert_eq!(kernel_name("x", "a"), kernel_name("x", "a"));
+    assert_ne!(kernel_name("x", "a"), kernel_name("x", "b"));
+    assert!(kernel_name("gdn_record", source::RECORD)
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_'));
+}
+
+/// Every kernel body of both backends, whatever this build targets.
+const BODIES: [(&str, &str, &str); 4] = [
+    (
+        "cuda/gdn_record",
+        include_str!("../../../../kernels/cuda/gdn_record.cu"),
+        "q_shape",
+    ),
+    (
+        "cuda/gdn_replay",
+        include_str!("../../../../kernels/cuda/gdn_replay.cu"),
+        "k_shape",
+    ),
+    (
+        "metal/gdn_record",
+        include_str!("../../../../kernels/metal/gdn_record.metal"),
+        "q_shape",
+    ),
+    (
+        "metal/gdn_replay",
+        include_str!("../../../../kernels/metal/gdn_replay.metal"),
+        "k_shape",
+    ),
+];
+
+#[test]
+fn the_bodies_ask_mlx_for_no_unexpected_arguments() {
+    // MLX adds an `<input>_shape/_strides/_ndim` argument for each such
+    // name it finds anywhere in a body (comments included).
+    let inputs = [
+        "q", "k", "v", "g", "beta", "state", "state0", "delta", "n_steps",
+    ];
+    for (file, body, used) in BODIES {
+        for input in inputs {
+            for suffix in ["_shape", "_strides", "_ndim"] {
+                let name = format!("{input}{suffix}");
+                assert_eq!(body.contains(&name), name == used, "{file}: {name}");
+            }
+        }
+    }
+    // Metal also declares every thread attribute whose name appears.
+    let attributes = [
+        "grid_origin",
+        "grid_size",
+        "quadgroup",
+        "simdgroup",
+        "thread_execution_width",
+        "thread_index_in",
+        "thread_position_in_threadgroup",
+        "threadgroup_position_in_grid",
+        "threadgroups_per_grid",
+        "threads_per_grid",
+        "threads_per_threadgroup",
+    ];
+    for (file, body, _) in &BODIES[2..] {
+        assert!(body.contains("thread_position_in_grid"), "{file}");
+        for attribute in attributes {
+            assert!(!body.contains(attribute), "{file}: {attribute}");
+        }
+    }
+}
+
+#[test]
+fn the_build_uses_its_backends_bodies() {
+    let (record, replay) = if cfg!(target_os = "macos") {
+        (BODIES[2].1, BODIES[3].1)
+    } else {
+        (BODIES[0].1, BODIES[1].1)
+    };
+    assert_eq!(source::RECORD, record);
+    assert_eq!(source::REPLAY, replay);
+}
+
+#[test]
+fn a_cpu_libmlx_refuses_cuda_kernels_without_aborting() {
+    if mlx_sys::MLX_LIBRARY != "cpu" {
+        return;
+    }
+    // Any mlx-rs op installs mlx-rs' error handler (mlx-c's own exits).
+    zeros(&[1]);
+    let kernel = Kernel::<Cuda>::new("gdn_record", BODIES[0].1, &["q"], &["y"]);
+    let error = kernel.err().expect("a CPU libmlx has no CUDA kernels");
+    assert!(
+        error.what().contains("could not create"),
+        "{}",
+        error.what()
+    );
+}
+
+#[test]
+fn a_refused_launch_is_an_error_and_frees_its_handles() {
+    // MLX creates Metal kernels on any build and refuses to run one on a
+    // CPU stream, which takes the launcher through every mlx-c call.
+    let (state, k) = (zeros(&[1, 2, 3, 4]), zeros(&[1, 5, 1, 4]));
+    let (g, delta) = (zeros(&[1, 5, 2]), zeros(&[1, 5, 2, 3]));
+    let n_steps = Array::from_slice(&[2], &[1]);
+    let spec = Launch {
+        name: "gdn_replay",
+        source: BODIES[3].1,
+        input_names: &["state0", "k", "g", "delta", "n_steps"],
+        output_names: &["state_out"],
+        inputs: &[&state, &k, &g, &delta, &n_steps],
+        output_shapes: &[vec![1, 2, 3, 4]],
+        dims: Dims::of(&k, &delta, &state).unwrap(),
+    };
+    let error = launch_on::<Metal>(&spec, &Stream::cpu()).unwrap_err();
+    assert!(
+        error.what().contains("launching failed"),
+        "{}",
+        error.what()
+    );
+}
+
+fn zeros(shape: &[i32]) -> Array {
+    mlx_rs::ops::zeros::<f32>(shape).unwrap()
+}
+
+#[test]
+fn bad_shapes_and_cpu_streams_are_errors_not_crashes() {
+    with_device(Device::cpu(), || {
+        let (q, v) = (zeros(&[1, 3, 2, 8]), zeros(&[1, 3, 4, 4]));
+        let (g, state) = (zeros(&[1, 3, 4]), zeros(&[1, 4, 4, 8]));
+        let error = record(&q, &q, &v, &g, &g, &zeros(&[1, 4, 4, 7])).unwrap_err();
+        assert!(error.what().contains("state"), "{}", error.what());
+        let error = replay(&state, &q, &g, &v, 4).unwrap_err();
+        assert!(error.what().contains("outside"), "{}", error.what());
+        let error = record(&q, &q, &v, &g, &g, &state).unwrap_err();
+        assert!(error.what().contains("GPU stream"), "{}", error.what());
+    });
+}
