@@ -1,11 +1,17 @@
 //! Chat templates from `tokenizer_config.json`, rendered with minijinja.
 //!
-//! Templates come with downloaded models, so they are treated as untrusted:
-//! rendering has a fuel budget (no endless loops) and an output size cap.
+//! Templates come with downloaded models, so they are untrusted code:
+//! rendering has a fuel budget (no endless loops), a recursion limit (no
+//! runaway macros), and the output is streamed into a capped buffer, so a
+//! template that writes gigabytes is stopped at the cap instead of after.
+//! Known gap: minijinja has no memory budget for values a template builds
+//! without writing them (a string doubled by `~` in a loop); fuel bounds the
+//! number of such steps, not their size.
 
 use crate::error::{EngineError, Result};
 use minijinja::{context, Environment};
 use serde::{Deserialize, Serialize};
+use std::io::Write;
 
 /// One chat message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,14 +21,56 @@ pub struct Message {
 }
 
 /// Instructions a template may execute before it is stopped.
-const FUEL: u64 = 2_000_000;
+pub const FUEL: u64 = 2_000_000;
+/// Deepest nesting of macro calls and includes.
+pub const RECURSION_LIMIT: usize = 64;
 /// Largest prompt text a template may produce.
-const MAX_OUTPUT_BYTES: usize = 8 << 20;
+pub const MAX_OUTPUT_BYTES: usize = 8 << 20;
 
+/// Renders `template` over `messages` with the default limits.
 pub fn render(template: &str, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+    render_limited(template, messages, add_generation_prompt, MAX_OUTPUT_BYTES)
+}
+
+/// Renders with an output cap of `max_output` bytes.
+pub fn render_limited(
+    template: &str,
+    messages: &[Message],
+    add_generation_prompt: bool,
+    max_output: usize,
+) -> Result<String> {
+    let env = environment();
+    let bad = |e: minijinja::Error| EngineError::Template(one_line(&e));
+    let template = env.template_from_str(template).map_err(bad)?;
+    let mut out = CappedBuffer {
+        bytes: Vec::new(),
+        cap: max_output,
+        overflowed: false,
+    };
+    let result = template.render_captured_to(
+        context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => "",
+            eos_token => "",
+        },
+        &mut out,
+    );
+    if out.overflowed {
+        return Err(EngineError::Template(format!(
+            "the chat template's output passed the {max_output}-byte limit"
+        )));
+    }
+    result.map_err(bad)?;
+    // minijinja only writes whole `str`s, so the bytes are valid UTF-8.
+    String::from_utf8(out.bytes)
+        .map_err(|_| EngineError::Template("the chat template wrote invalid UTF-8".into()))
+}
+
+fn environment<'source>() -> Environment<'source> {
     let mut env = Environment::new();
     env.set_fuel(Some(FUEL));
-    env.set_recursion_limit(64);
+    env.set_recursion_limit(RECURSION_LIMIT);
     // Python-style string methods (`.strip()`, `.startswith()`) that HF templates use.
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function(
@@ -34,26 +82,29 @@ pub fn render(template: &str, messages: &[Message], add_generation_prompt: bool)
             ))
         },
     );
-    env.add_template("chat", template)
-        .map_err(|e| EngineError::Template(one_line(&e)))?;
-    let rendered = env
-        .get_template("chat")
-        .and_then(|t| {
-            t.render(context! {
-                messages => messages,
-                add_generation_prompt => add_generation_prompt,
-                bos_token => "",
-                eos_token => "",
-            })
-        })
-        .map_err(|e| EngineError::Template(one_line(&e)))?;
-    if rendered.len() > MAX_OUTPUT_BYTES {
-        return Err(EngineError::Template(format!(
-            "the chat template produced {} bytes (limit {MAX_OUTPUT_BYTES})",
-            rendered.len()
-        )));
+    env
+}
+
+/// Collects output, refusing (a write error ends the render) past `cap`.
+struct CappedBuffer {
+    bytes: Vec<u8>,
+    cap: usize,
+    overflowed: bool,
+}
+
+impl Write for CappedBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.cap {
+            self.overflowed = true;
+            return Err(std::io::Error::other("chat template output limit"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
     }
-    Ok(rendered)
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn one_line(error: &minijinja::Error) -> String {
@@ -66,34 +117,4 @@ fn one_line(error: &minijinja::Error) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn user(content: &str) -> Vec<Message> {
-        vec![Message {
-            role: "user".into(),
-            content: content.into(),
-        }]
-    }
-
-    #[test]
-    fn python_string_methods_work() {
-        let out = render("{{ messages[0].content.strip() }}", &user("  hi  "), false).unwrap();
-        assert_eq!(out, "hi");
-    }
-
-    #[test]
-    fn an_endless_template_runs_out_of_fuel() {
-        let template =
-            "{% for i in range(10000) %}{% for j in range(10000) %}{{ j }}{% endfor %}{% endfor %}";
-        let error = render(template, &user("x"), false).unwrap_err();
-        assert!(error.to_string().contains("fuel"), "{error}");
-    }
-
-    #[test]
-    fn raise_exception_becomes_an_error() {
-        let error =
-            render("{{ raise_exception('no system role') }}", &user("x"), false).unwrap_err();
-        assert!(error.to_string().contains("no system role"), "{error}");
-    }
-}
+mod tests;
