@@ -1,0 +1,92 @@
+//! Everything a pull or a store operation can fail with, each as one line a
+//! user can act on.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    #[error("{repo} (revision {revision}) was not found at {endpoint}")]
+    RepoNotFound {
+        repo: String,
+        revision: String,
+        endpoint: String,
+    },
+    #[error("{repo}: access denied at {endpoint} (HTTP {status}); a gated or private repo needs a token (HF_TOKEN)")]
+    AccessDenied {
+        repo: String,
+        endpoint: String,
+        status: u16,
+    },
+    #[error("{file} is not in {repo}")]
+    FileNotFound { repo: String, file: String },
+    #[error("not enough free disk space in {}: the download needs {needed} bytes, {free} are free", dir.display())]
+    DiskFull {
+        dir: PathBuf,
+        needed: u64,
+        free: u64,
+    },
+    #[error("{file}: the downloaded bytes do not match the hub's sha256 (expected {expected}, got {actual})")]
+    Corrupt {
+        file: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("{file}: {detail}")]
+    SizeMismatch { file: String, detail: String },
+    #[error("download cancelled (partial files are kept; pull again to resume)")]
+    Cancelled,
+    /// A fault worth retrying: connection lost, timeout, 5xx, 429.
+    #[error("{context}: {detail}")]
+    Transient { context: String, detail: String },
+    /// The server answered something the protocol does not allow.
+    #[error("{context}: {detail}")]
+    Protocol { context: String, detail: String },
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl HubError {
+    /// Whether trying again (after a pause) may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            HubError::Transient { .. } | HubError::Corrupt { .. } | HubError::SizeMismatch { .. }
+        )
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> HubError {
+        let path = path.into();
+        move |source| HubError::Io { path, source }
+    }
+
+    pub(crate) fn transient(context: impl Into<String>, detail: impl ToString) -> HubError {
+        HubError::Transient {
+            context: context.into(),
+            detail: detail.to_string(),
+        }
+    }
+
+    pub(crate) fn protocol(context: impl Into<String>, detail: impl ToString) -> HubError {
+        HubError::Protocol {
+            context: context.into(),
+            detail: detail.to_string(),
+        }
+    }
+}
+
+/// A reqwest failure as a retryable fault, without the URL's query noise.
+pub(crate) fn from_reqwest(context: &str, error: reqwest::Error) -> HubError {
+    let mut detail = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(inner) = source {
+        detail.push_str(": ");
+        detail.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    HubError::transient(context, detail)
+}
