@@ -32,6 +32,9 @@ pub struct BenchArgs {
     /// Tokens to generate per prompt.
     #[arg(long, default_value_t = 64)]
     max_tokens: usize,
+    /// Fixed DFlash block size (default: adapted to recent acceptance).
+    #[arg(long)]
+    block_size: Option<usize>,
     /// Runs per prompt; the report takes the median.
     #[arg(long, default_value_t = 3)]
     repeats: usize,
@@ -79,6 +82,9 @@ impl Sink for RoundLog {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.block_size == Some(0) {
+        anyhow::bail!("--block-size must be at least 1");
+    }
     let backend = flashbar_mlx::device::activate()?;
     let dir = resolve_model(args.model.as_deref())?;
     if let Some(d) = args.drafter.as_deref().filter(|d| !d.is_dir()) {
@@ -120,6 +126,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         let mut request = GenerateRequest::new(Prompt::Text(prompt.to_owned()));
         request.max_tokens = max_tokens;
         request.speculation = speculation;
+        request.block_size = args.block_size;
         engine.generate(&request, log, &CancelToken::default())
     };
     let run_once = |prompt: &str, max_tokens: usize, speculation| {

@@ -1,0 +1,183 @@
+"""The acceptance report of a target + DFlash drafter pair: our engine and
+z-lab's `dflash` MLX code on the same pair and prompts, side by side.
+
+    python bench/acceptance.py [--model models/default/target] [--drafter models/default/drafter]
+                               [--flashbar target/release/flashbar] [--json docs/acceptance.json]
+
+Per regime (deterministic, code, prose-like) it prints: the target's output
+entropy (bits per token along the greedy path), the mean accept length per
+DFlash round (accepted drafts + 1, block 16) for ours and for z-lab, whether
+the two agree round by round and token by token (greedy decoding must), and
+decode tok/s: ours DFlash vs ours plain AR (`flashbar bench`, interleaved
+repeats in one process), z-lab DFlash vs mlx-lm plain AR (Python, same run).
+"""
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import mlx.core as mx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+
+LICENCE = ("# Licensed under the Apache License, Version 2.0 (the \"License\");\n"
+           "# you may not use this file except in compliance with the License.\n"
+           "# You may obtain a copy of the License at\n#\n"
+           "#     http://www.apache.org/licenses/LICENSE-2.0\n#\n")
+PROMPTS = {
+    "deterministic": [
+        LICENCE + "\n" + LICENCE,
+        "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,",
+        "x = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,",
+        "    a = 0\n    a = 0\n    a = 0\n    a = 0\n",
+    ],
+    "code": [
+        "def fib(n):",
+        "import numpy as np\n\n\ndef softmax(x):\n",
+        "class Stack:\n    def __init__(self):\n",
+        "    for i in range(len(values)):\n",
+    ],
+    "prose": [
+        '    """Return the',
+        "# This function computes",
+        '"""\nUtilities for reading and writing',
+        "    Parameters\n    ----------\n",
+    ],
+}
+BLOCK = 16
+
+
+def ours(flashbar: Path, model: Path, drafter: Path, prompts: list, max_tokens: int, repeats: int):
+    """`flashbar bench` over all prompts (one process: interleaved repeats)
+    and `flashbar generate --json` per prompt for the token ids."""
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write("\n".join(p.replace("\n", "\\n") for p in prompts) + "\n")
+    bench = subprocess.run(
+        [str(flashbar), "bench", "--model", str(model), "--drafter", str(drafter), "--prompts", f.name,
+         "--max-tokens", str(max_tokens), "--repeats", str(repeats), "--block-size", str(BLOCK),
+         "--json"], check=True, capture_output=True, text=True)
+    reports = json.loads(bench.stdout)["prompts"]
+    out = []
+    for prompt, report in zip(prompts, reports):
+        generate = subprocess.run(
+            [str(flashbar), "generate", "--model", str(model), "--drafter", str(drafter),
+             "--speculation", "dflash", "--block-size", str(BLOCK), "--max-tokens", str(max_tokens),
+             "--json", prompt], check=True, capture_output=True, text=True)
+        rounds = [r["committed"] for r in report["dflash"]["rounds"] if r["mode"] == "dflash"]
+        out.append({"tokens": json.loads(generate.stdout)["token_ids"], "rounds": rounds,
+                    "ar_tps": report["decode_tokens_per_second"],
+                    "dflash_tps": report["dflash"]["decode_tokens_per_second"]})
+    return out
+
+
+def zlab(model_dir: Path, drafter_dir: Path, prompts: list, max_tokens: int):
+    from make_drafters import zlab_config
+    from mlx_lm import stream_generate as mlx_lm_stream
+    from mlx_lm.utils import load_model, load_tokenizer
+
+    from dflash import model_mlx
+
+    tokenizer = load_tokenizer(model_dir)
+    cfg = json.loads((drafter_dir / "config.json").read_text())
+    out = []
+    for prompt in prompts:
+        ids = tokenizer.encode(prompt, add_special_tokens=False)
+        model, _ = load_model(model_dir)  # fresh: z-lab patches the layers it taps
+        draft = model_mlx.DFlashDraftModel(zlab_config(cfg))
+        draft.load_weights(str(drafter_dir / "model.safetensors"))
+        draft.set_dtype(mx.bfloat16)
+        draft.bind(model)
+        tokens, rounds, start = [], [], None
+        for response in model_mlx.stream_generate(model, draft, tokenizer, mx.array(ids),
+                                                  max_tokens=max_tokens, temperature=0.0):
+            if start is None:
+                start = time.perf_counter()
+            elif response.accepted is not None:
+                rounds.append(len(response.tokens))
+            tokens.extend(response.tokens)
+        dflash_tps = (len(tokens) - 1) / (time.perf_counter() - start)
+        plain, _ = load_model(model_dir)
+        start, count = None, 0
+        for response in mlx_lm_stream(plain, tokenizer, ids, max_tokens=max_tokens):
+            count += 1
+            if start is None:
+                start = time.perf_counter()
+        ar_tps = (count - 1) / (time.perf_counter() - start)
+        out.append({"tokens": tokens, "rounds": rounds, "dflash_tps": dflash_tps, "ar_tps": ar_tps,
+                    "prompt_ids": ids})
+    return out
+
+
+def entropy_bits(model_dir: Path, prompt_ids: list, tokens: list) -> float:
+    from mlx_lm.utils import load_model
+
+    model, _ = load_model(model_dir)
+    logits = model(mx.array([prompt_ids + tokens]))[0, len(prompt_ids) - 1:-1].astype(mx.float32)
+    logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    return float((-(mx.exp(logp) * logp).sum(-1)).mean().item() / math.log(2))
+
+
+def mean(values):
+    values = list(values)
+    return sum(values) / len(values) if values else float("nan")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", type=Path, default=ROOT / "models/default/target")
+    parser.add_argument("--drafter", type=Path, default=ROOT / "models/default/drafter")
+    parser.add_argument("--flashbar", type=Path, default=ROOT / "target/release/flashbar")
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    results = {}
+    for regime, prompts in PROMPTS.items():
+        a = ours(args.flashbar, args.model, args.drafter, prompts, args.max_tokens, args.repeats)
+        b = zlab(args.model, args.drafter, prompts, args.max_tokens)
+        rows = []
+        for prompt, x, y in zip(prompts, a, b):
+            n = min(len(x["rounds"]), len(y["rounds"])) - 1  # the last round may be cut at max_tokens
+            rows.append({
+                "prompt": prompt,
+                "entropy_bits": entropy_bits(args.model, y["prompt_ids"], y["tokens"]),
+                "ours_accept": mean(x["rounds"]), "zlab_accept": mean(y["rounds"]),
+                "rounds_agree": x["rounds"][:n] == y["rounds"][:n] and n >= 0,
+                "tokens_agree": x["tokens"] == y["tokens"][:len(x["tokens"])],
+                "ours_ar_tps": x["ar_tps"], "ours_dflash_tps": x["dflash_tps"],
+                "zlab_ar_tps": y["ar_tps"], "zlab_dflash_tps": y["dflash_tps"],
+                "ours_rounds": x["rounds"], "zlab_rounds": y["rounds"],
+            })
+        results[regime] = {
+            "entropy_bits": mean(r["entropy_bits"] for r in rows),
+            "ours_accept": mean(r["ours_accept"] for r in rows),
+            "zlab_accept": mean(r["zlab_accept"] for r in rows),
+            "rounds_agree": all(r["rounds_agree"] for r in rows),
+            "tokens_agree": all(r["tokens_agree"] for r in rows),
+            "ours_speedup": mean(r["ours_dflash_tps"] / r["ours_ar_tps"] for r in rows),
+            "zlab_speedup": mean(r["zlab_dflash_tps"] / r["zlab_ar_tps"] for r in rows),
+            "ours_dflash_tps": mean(r["ours_dflash_tps"] for r in rows),
+            "ours_ar_tps": mean(r["ours_ar_tps"] for r in rows),
+            "prompts": rows,
+        }
+    print(f"{'regime':<14}{'entropy':>8}{'accept ours':>12}{'z-lab':>7}{'agree':>7}"
+          f"{'ours DFlash/AR':>16}{'z-lab DFlash/AR':>17}")
+    for regime, r in results.items():
+        print(f"{regime:<14}{r['entropy_bits']:>8.2f}{r['ours_accept']:>12.2f}{r['zlab_accept']:>7.2f}"
+              f"{str(r['rounds_agree'] and r['tokens_agree']):>7}"
+              f"{r['ours_speedup']:>15.2f}x{r['zlab_speedup']:>16.2f}x")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"model": str(args.model), "drafter": str(args.drafter),
+                                         "device": str(mx.default_device()), "block": BLOCK,
+                                         "max_tokens": args.max_tokens, "regimes": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,282 @@
+"""What the training steps share: the pair's shapes, the corpus, the
+tokenizer, building the mlx-lm target with the chunked GDN, and a forward that
+returns the drafter's tap hidden states.
+
+Everything is MLX, so the same code runs on the CPU here (smoke runs, tests)
+and on the H200 through MLX's CUDA wheel.
+"""
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from make_fixtures import CHAT_TEMPLATE, QWEN_SPLIT, SPECIAL_TOKENS  # noqa: E402
+
+from gdn_chunked import chunked_gated_delta  # noqa: E402
+
+MASK_TOKEN = "<|mask|>"
+EOS_TOKEN = "<|im_end|>"
+ENDOFTEXT = "<|endoftext|>"
+
+# The target: Qwen3.5 architecture, hybrid (GDN layers with full attention
+# every third layer), ~14 M parameters, tied embeddings so the pair stays
+# under 40 MB in bf16.
+TARGET_TEXT = {
+    "hidden_size": 384,
+    "intermediate_size": 1152,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "linear_num_value_heads": 8,
+    "linear_num_key_heads": 4,
+    "linear_key_head_dim": 64,
+    "linear_value_head_dim": 64,
+    "linear_conv_kernel_dim": 4,
+    "full_attention_interval": 3,
+    "vocab_size": 4096,
+    "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": True,
+    "rope_parameters": {
+        "rope_type": "default",
+        "rope_theta": 10000.0,
+        "partial_rotary_factor": 0.25,
+        "mrope_section": [11, 11, 10],
+    },
+}
+# The drafter: z-lab's DFlash format, block 16, taps spread over the target.
+TAP_LAYERS = [0, 2, 4]
+BLOCK_SIZE = 16
+DRAFTER = {
+    "architectures": ["DFlashDraftModel"],
+    "model_type": "qwen3",
+    "hidden_size": 384,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "intermediate_size": 1152,
+    "vocab_size": 4096,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "max_position_embeddings": 4096,
+    "block_size": BLOCK_SIZE,
+    "num_target_layers": 6,
+}
+
+# Python packages whose sources and docstrings make the corpus, with their
+# licences (all permissive). Files are read from the Python that runs the
+# script (on the H200: the image's torch venv).
+CORPUS_PACKAGES = {
+    "numpy": "BSD-3-Clause", "scipy": "BSD-3-Clause", "pandas": "BSD-3-Clause",
+    "sympy": "BSD-3-Clause", "networkx": "BSD-3-Clause", "sklearn": "BSD-3-Clause",
+    "statsmodels": "BSD-3-Clause", "requests": "Apache-2.0", "rich": "MIT",
+    "click": "BSD-3-Clause", "jinja2": "BSD-3-Clause", "werkzeug": "BSD-3-Clause",
+    "attr": "MIT", "yaml": "MIT", "packaging": "Apache-2.0 OR BSD-2-Clause",
+    "torch": "BSD-3-Clause", "matplotlib": "Matplotlib (PSF-style)",
+}
+
+
+def hf_config() -> dict:
+    text = dict(TARGET_TEXT, model_type="qwen3_5_text")
+    return {
+        "eos_token_id": SPECIAL_TOKENS.index(EOS_TOKEN),
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "model_type": "qwen3_5",
+        "text_config": text,
+        "tie_word_embeddings": True,
+    }
+
+
+def drafter_config(tokenizer) -> dict:
+    return dict(DRAFTER, dflash_config={
+        "target_layer_ids": TAP_LAYERS,
+        "mask_token_id": tokenizer.token_to_id(MASK_TOKEN),
+    })
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def corpus_files(max_bytes: int) -> list[tuple[str, Path]]:
+    """(package, file) for the .py files of the corpus packages, in a fixed
+    order, skipping duplicates and huge generated files, up to max_bytes in
+    all and an even share per package (so no one package dominates)."""
+    import importlib.util
+
+    files, seen, total = [], set(), 0
+    share = 2 * max_bytes // len(CORPUS_PACKAGES)
+    for package in sorted(CORPUS_PACKAGES):
+        taken = 0
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        root = Path(list(spec.submodule_search_locations)[0])
+        for path in sorted(root.rglob("*.py")):
+            size = path.stat().st_size
+            if not 200 <= size <= 200_000:
+                continue
+            digest = hashlib.sha1(path.read_bytes()).hexdigest()
+            if digest in seen:
+                continue
+            seen.add(digest)
+            files.append((package, path))
+            total += size
+            taken += size
+            if total >= max_bytes:
+                return files
+            if taken >= share:
+                break
+    return files
+
+
+def read_text(path: Path) -> str:
+    return path.read_bytes().decode("utf-8", errors="replace")
+
+
+def train_tokenizer(texts, vocab_size: int, out_dir: Path):
+    """Byte-level BPE with Qwen's split regex and NFC (what transformers'
+    Qwen3_5Tokenizer applies to a Qwen3.5 checkpoint), Qwen's special tokens
+    plus the mask token, and a Qwen-style chat template."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(out_dir / "tokenizer.json"))
+    (out_dir / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "Qwen2Tokenizer",
+        "eos_token": EOS_TOKEN,
+        "pad_token": ENDOFTEXT,
+        "unk_token": None,
+        "bos_token": None,
+        "add_prefix_space": False,
+        "model_max_length": TARGET_TEXT["max_position_embeddings"],
+        "chat_template": CHAT_TEMPLATE,
+    }, indent=2))
+    return tokenizer
+
+
+def load_tokenizer(model_dir: Path):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+
+
+def use_chunked_gdn():
+    """Route mlx-lm's Qwen3.5 GDN layers through the chunked rule for
+    multi-token calls (training, prefill); single steps keep mlx-lm's ops."""
+    import mlx_lm.models.qwen3_5 as qwen
+    from mlx_lm.models import gated_delta
+
+    def update(q, k, v, a, b, A_log, dt_bias, state=None, mask=None, **kwargs):
+        if q.shape[1] == 1 or mask is not None:
+            return gated_delta.gated_delta_update(
+                q, k, v, a, b, A_log, dt_bias, state, mask, use_kernel=False)
+        beta = mx.sigmoid(b)
+        log_g = -mx.exp(A_log.astype(mx.float32)) * nn.softplus(a + dt_bias)
+        return chunked_gated_delta(q, k, v, None, beta, state, log_g=log_g)
+
+    qwen.gated_delta_update = update
+
+
+def build_target(config: dict | None = None):
+    from mlx_lm.utils import _get_classes
+
+    config = config or hf_config()
+    model_class, args_class = _get_classes(config)
+    return model_class(args_class.from_dict(config))
+
+
+def load_target(model_dir: Path):
+    from mlx_lm.utils import load_model
+
+    model, _ = load_model(model_dir)
+    return model
+
+
+def forward_with_taps(model, tokens: mx.array, taps: list[int]):
+    """Logits and the concatenated outputs of the tap layers (z-lab order)."""
+    inner = model.language_model.model
+    h = inner.embed_tokens(tokens)
+    from mlx_lm.models.base import create_attention_mask
+
+    fa_mask = create_attention_mask(h, None)
+    captured = []
+    for i, layer in enumerate(inner.layers):
+        h = layer(h, mask=None if layer.is_linear else fa_mask, cache=None)
+        if i in taps:
+            captured.append(h)
+    text = model.language_model
+    head = inner.embed_tokens.as_linear if text.args.tie_word_embeddings else text.lm_head
+    return head(inner.norm(h)), mx.concatenate(captured, axis=-1)
+
+
+def seed_everything(seed: int):
+    import random
+
+    import numpy as np
+
+    mx.random.seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+    os.environ["PYTHONHASHSEED"] = str(seed)
+
+
+def count_params(module: nn.Module) -> int:
+    from mlx.utils import tree_flatten
+
+    return sum(v.size for _, v in tree_flatten(module.parameters()))
+
+
+def plan_steps(run_step, budget_seconds: float, cap: int = 100_000) -> int:
+    """How many training steps fit the budget: a few steps to compile and
+    warm up, then the mean of ten timed ones."""
+    import time
+
+    for _ in range(3):
+        run_step()
+    start = time.time()
+    for _ in range(10):
+        run_step()
+    per_step = (time.time() - start) / 10
+    steps = int(max(10, min(cap, budget_seconds / per_step)))
+    print(f"{per_step * 1e3:.1f} ms a step: planning {steps} steps", flush=True)
+    return steps
+
+
+def write_token_stream(tokenizer, path: Path, max_bytes: float):
+    """The corpus packages of this Python, tokenized: prompts for the
+    self-distillation when step 1 ran on another machine."""
+    import numpy as np
+
+    eot = tokenizer.token_to_id(ENDOFTEXT)
+    ids = []
+    for encoding in tokenizer.encode_batch([read_text(p) for _, p in corpus_files(int(max_bytes))]):
+        ids.extend(encoding.ids + [eot])
+    stream = np.asarray(ids, dtype=np.int32)
+    np.savez(path, train=stream, valid=stream[:0])

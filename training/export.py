@@ -1,0 +1,91 @@
+"""Step 3: export and convert the trained pair, and write its manifest.
+
+    python training/export.py WORK [DEST]      (DEST: models/default)
+
+WORK holds step 1's target-raw (MLX, bf16) and step 2's drafter. The target
+is written in the Hugging Face layout (HF tensor names, zero-centred norms,
+conv weights [C, 1, K], f32 so the round trip is exact), then converted back
+to MLX bf16 by mlx-lm's own `convert`, which is what users run on a
+downloaded checkpoint; the result must equal the trained weights bit for bit.
+The drafter is already in z-lab's format. DEST/manifest.json lists the sha256
+and size of every file, the training settings and the corpus.
+"""
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+
+import common
+from make_fixtures import to_hf_names
+
+LIMIT_BYTES = 40_000_000
+
+
+def export_hf(raw: Path, hf: Path):
+    model = common.load_target(raw)
+    weights = {n: v.astype(mx.float32) for n, v in tree_flatten(model.parameters())}
+    weights = to_hf_names(weights, moe=False)
+    weights.pop("mtp.fc.weight")  # to_hf_names adds a dummy MTP head for the loader tests
+    shutil.rmtree(hf, ignore_errors=True)
+    hf.mkdir(parents=True)
+    mx.save_safetensors(str(hf / "model.safetensors"), weights, metadata={"format": "pt"})
+    (hf / "config.json").write_text(json.dumps(common.hf_config(), indent=2))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(raw / name, hf / name)
+
+
+def same_weights(a: Path, b: Path) -> float:
+    wa = dict(tree_flatten(common.load_target(a).parameters()))
+    wb = dict(tree_flatten(common.load_target(b).parameters()))
+    assert wa.keys() == wb.keys(), "the converted target has other tensors"
+    return max(mx.abs(wa[k].astype(mx.float32) - wb[k].astype(mx.float32)).max().item() for k in wa)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("work", type=Path)
+    parser.add_argument("dest", type=Path, nargs="?", default=common.ROOT / "models" / "default")
+    args = parser.parse_args()
+    from mlx_lm import convert
+
+    hf = args.work / "target-hf"
+    export_hf(args.work / "target-raw", hf)
+    target = args.dest / "target"
+    shutil.rmtree(target, ignore_errors=True)
+    convert(str(hf), mlx_path=str(target), dtype="bfloat16")
+    # mlx-lm rewrites the tokenizer through transformers; ship the trained files.
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(args.work / "target-raw" / name, target / name)
+    diff = same_weights(args.work / "target-raw", target)
+    if diff != 0.0:
+        sys.exit(f"the converted target differs from the trained one by {diff}")
+    drafter = args.dest / "drafter"
+    shutil.rmtree(drafter, ignore_errors=True)
+    shutil.copytree(args.work / "drafter", drafter)
+
+    files = sorted(p for p in args.dest.rglob("*") if p.is_file() and p.name != "README.md"
+                   and p.name != "manifest.json")
+    total = sum(p.stat().st_size for p in files)
+    if total > LIMIT_BYTES:
+        sys.exit(f"the pair is {total / 1e6:.1f} MB, over the {LIMIT_BYTES / 1e6:.0f} MB limit")
+    reports = {name: json.loads((args.work / f"{name}.json").read_text())
+               for name in ("train_target", "train_drafter")}
+    for report in reports.values():
+        report.pop("log", None)
+    manifest = {
+        "files": {str(p.relative_to(args.dest)): {"sha256": common.sha256(p), "bytes": p.stat().st_size}
+                  for p in files},
+        "total_bytes": total,
+        "training": reports,
+    }
+    (args.dest / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    print(f"wrote {args.dest}: {total / 1e6:.1f} MB, converted target identical to the trained one")
+
+
+if __name__ == "__main__":
+    main()

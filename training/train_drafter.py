@@ -1,0 +1,262 @@
+"""Step 2: self-distillation data and the DFlash drafter.
+
+    python training/train_drafter.py OUT [--smoke]
+
+Reads OUT/target-raw and OUT/corpus.npz from step 1. The frozen target writes
+its own greedy continuations of corpus windows (prompt 64 + 192 generated
+tokens); its tap hidden states over those sequences are the drafter's
+context. The drafter (z-lab's DFlash format and module) trains by the DFlash
+recipe: many anchors per sequence in the generated part, each a block of the
+real anchor token followed by mask tokens, seeing the context before its
+anchor and itself (bidirectionally); cross-entropy on the block's positions
+1..15 against the target's greedy tokens, weighted by exp(-(k-1)/gamma) so
+early positions, which gate acceptance, count most. The target's embedding
+and lm_head are used frozen. Writes OUT/drafter (bf16) and
+OUT/train_drafter.json, with an offline acceptance estimate on held-out
+sequences. Deterministic in --seed.
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+
+import common
+from make_drafters import save_drafter, zlab_config
+
+from dflash import model_mlx as zlab
+
+
+def distill(model, corpus: np.ndarray, count: int, prompt: int, generate: int,
+            batch: int, rng) -> np.ndarray:
+    """count sequences: a corpus window of `prompt` tokens + the target's
+    greedy continuation of `generate` tokens."""
+    out = []
+    for first in range(0, count, batch):
+        n = min(batch, count - first)
+        starts = rng.integers(0, corpus.size - prompt, size=n)
+        tokens = mx.array(np.stack([corpus[s:s + prompt] for s in starts]))
+        cache = model.make_cache()
+        logits = model(tokens, cache=cache)
+        step = mx.argmax(logits[:, -1], axis=-1)
+        generated = [step]
+        for _ in range(generate - 1):
+            logits = model(step[:, None], cache=cache)
+            step = mx.argmax(logits[:, -1], axis=-1)
+            generated.append(step)
+            mx.eval(step)
+        out.append(np.concatenate([np.array(tokens), np.array(mx.stack(generated, axis=1))], axis=1))
+    return np.concatenate(out).astype(np.int32)
+
+
+def tap_states(model, sequences: np.ndarray, batch: int) -> mx.array:
+    taps = []
+    for first in range(0, len(sequences), batch):
+        _, t = common.forward_with_taps(model, mx.array(sequences[first:first + batch]), common.TAP_LAYERS)
+        taps.append(t.astype(mx.bfloat16))
+        mx.eval(taps[-1])
+    return mx.concatenate(taps)
+
+
+def rope(x: mx.array, positions: mx.array, theta: float) -> mx.array:
+    """Non-traditional RoPE (rotate halves) over the full head dim, at any
+    positions: x [B, heads, L, D], positions [B, L]."""
+    half = x.shape[-1] // 2
+    freqs = theta ** (-mx.arange(half, dtype=mx.float32) / half)
+    angles = positions[:, None, :, None].astype(mx.float32) * freqs
+    cos, sin = mx.cos(angles), mx.sin(angles)
+    x1, x2 = x[..., :half], x[..., half:]
+    return mx.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+def block_logits(draft, embed, head, tokens, taps, anchors, mask_id, theta):
+    """The drafter's logits for blocks at `anchors` ([B, K]) of `tokens`
+    ([B, N]) given the target taps ([B, N, n*H]), all blocks in one pass:
+    [B, K, bs, V]. Equal to z-lab's inference forward of each block alone."""
+    B, N = tokens.shape
+    K = anchors.shape[1]
+    bs = common.BLOCK_SIZE
+    offsets = mx.arange(bs)
+    positions = (anchors[:, :, None] + offsets).reshape(B, K * bs)
+    first = mx.take_along_axis(tokens, anchors, axis=1)
+    block = mx.where(offsets == 0, first[:, :, None], mask_id).reshape(B, K * bs)
+    h = embed(block)
+    ctx = draft.hidden_norm(draft.fc(taps.astype(h.dtype)))
+    ctx_positions = mx.broadcast_to(mx.arange(N)[None], (B, N))
+    # A block sees the context before its anchor and its own block.
+    query_anchor = mx.repeat(anchors, bs, axis=1)[:, :, None]
+    sees_ctx = mx.arange(N)[None, None, :] < query_anchor
+    query_block = mx.repeat(mx.arange(K), bs)[:, None]
+    sees_block = mx.broadcast_to(query_block == query_block.T, (B, K * bs, K * bs))
+    mask = mx.concatenate([sees_ctx, sees_block], axis=-1)[:, None]
+    for layer in draft.layers:
+        attn = layer.self_attn
+        x = layer.input_layernorm(h)
+
+        def heads(proj, norm, source, n):
+            y = proj(source).reshape(B, source.shape[1], n, -1)
+            return (norm(y) if norm is not None else y).transpose(0, 2, 1, 3)
+
+        q = rope(heads(attn.q_proj, attn.q_norm, x, attn.n_heads), positions, theta)
+        kb = rope(heads(attn.k_proj, attn.k_norm, x, attn.n_kv_heads), positions, theta)
+        vb = heads(attn.v_proj, None, x, attn.n_kv_heads)
+        kc = rope(heads(attn.k_proj, attn.k_norm, ctx, attn.n_kv_heads), ctx_positions, theta)
+        vc = heads(attn.v_proj, None, ctx, attn.n_kv_heads)
+        keys = mx.concatenate([kc, kb], axis=2)
+        values = mx.concatenate([vc, vb], axis=2)
+        out = mx.fast.scaled_dot_product_attention(q, keys, values, scale=attn.scale, mask=mask)
+        h = h + attn.o_proj(out.transpose(0, 2, 1, 3).reshape(B, K * bs, -1))
+        h = h + layer.mlp(layer.post_attention_layernorm(h))
+    return head(draft.norm(h)).reshape(B, K, bs, -1)
+
+
+def block_labels(tokens: mx.array, anchors: mx.array) -> mx.array:
+    index = anchors[:, :, None] + mx.arange(common.BLOCK_SIZE)
+    return mx.take_along_axis(tokens, index.reshape(tokens.shape[0], -1), axis=1).reshape(index.shape)
+
+
+def sample_anchors(rng, count: int, batch: int, low: int, high: int) -> mx.array:
+    """Per sequence, `count` distinct anchors in [low, high]."""
+    return mx.array(np.stack([np.sort(rng.choice(np.arange(low, high + 1), count, replace=False))
+                              for _ in range(batch)]).astype(np.int32))
+
+
+def accept_lengths(logits: mx.array, labels: mx.array) -> mx.array:
+    """Greedy DFlash acceptance per block: leading drafts equal to the
+    target's tokens, plus the target's own token."""
+    hits = (mx.argmax(logits[:, :, 1:], axis=-1) == labels[:, :, 1:]).astype(mx.int32)
+    return mx.sum(mx.cumprod(hits, axis=-1), axis=-1) + 1
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sequences", type=int, default=8192)
+    parser.add_argument("--prompt", type=int, default=64)
+    parser.add_argument("--generate", type=int, default=192)
+    parser.add_argument("--steps", type=int, default=0, help="0: as many as fit --max-minutes")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--anchors", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--gamma", type=float, default=4.0)
+    parser.add_argument("--max-minutes", type=float, default=7.0)
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--no-compile", dest="compile", action="store_false")
+    args = parser.parse_args()
+    if args.smoke:
+        args.sequences, args.generate, args.batch, args.anchors = 12, 48, 2, 4
+        args.steps = args.steps or 4
+    common.seed_everything(args.seed)
+    rng = np.random.default_rng(args.seed)
+    started = time.time()
+    common.use_chunked_gdn()
+    target = common.load_target(args.out / "target-raw")
+    target.freeze()
+    tokenizer = common.load_tokenizer(args.out / "target-raw")
+    cfg = common.drafter_config(tokenizer)
+    if not (args.out / "corpus.npz").exists():
+        # Step 1 ran elsewhere: prompts from this Python's corpus packages.
+        common.write_token_stream(tokenizer, args.out / "corpus.npz", 20e6)
+    corpus = np.load(args.out / "corpus.npz")
+    sequences = distill(target, np.concatenate([corpus["train"], corpus["valid"]]), args.sequences,
+                        args.prompt, args.generate, 256, rng)
+    print(f"distilled {sequences.shape} in {time.time() - started:.0f} s", flush=True)
+    taps = tap_states(target, sequences, 64)
+    print(f"taps {taps.shape} in {time.time() - started:.0f} s", flush=True)
+    held = max(2, len(sequences) // 20)
+    tokens_all = mx.array(sequences)
+
+    inner = target.language_model.model
+    embed, head = inner.embed_tokens, inner.embed_tokens.as_linear
+    mask_id, theta = cfg["dflash_config"]["mask_token_id"], cfg["rope_theta"]
+    weights = mx.exp(-mx.arange(common.BLOCK_SIZE - 1, dtype=mx.float32) / args.gamma)
+    low, high = args.prompt - 1, sequences.shape[1] - common.BLOCK_SIZE
+
+    def loss_fn(model, tokens, tap, anchors):
+        logits = block_logits(model, embed, head, tokens, tap, anchors, mask_id, theta)
+        labels = block_labels(tokens, anchors)
+        ce = nn.losses.cross_entropy(logits[:, :, 1:].astype(mx.float32), labels[:, :, 1:])
+        return mx.sum(ce * weights) / (ce.shape[0] * ce.shape[1] * mx.sum(weights))
+
+    def make_trainer(steps: int):
+        """A fresh drafter and its compiled step: warm-up of 100 steps, then
+        cosine decay to lr/10 at `steps`."""
+        draft = zlab.DFlashDraftModel(zlab_config(cfg))
+        mx.eval(draft.parameters())
+        warmup = max(1, min(100, steps // 2))
+        schedule = optim.join_schedules(
+            [optim.linear_schedule(args.lr / 100, args.lr, warmup),
+             optim.cosine_decay(args.lr, max(1, steps - warmup), args.lr / 10)], [warmup])
+        optimizer = optim.AdamW(learning_rate=schedule, weight_decay=0.01)
+        state = [draft.state, optimizer.state]
+
+        def compiled(tokens, tap, anchors):
+            loss, grads = nn.value_and_grad(draft, loss_fn)(draft, tokens, tap, anchors)
+            grads, _ = optim.clip_grad_norm(grads, 1.0)
+            optimizer.update(draft, grads)
+            return loss
+
+        if args.compile:
+            compiled = mx.compile(compiled, inputs=state, outputs=state)
+
+        def step(rng):
+            rows = mx.array(rng.integers(held, len(sequences), size=args.batch))
+            anchors = sample_anchors(rng, args.anchors, args.batch, low, high)
+            loss = compiled(tokens_all[rows], taps[rows], anchors)
+            mx.eval(state, loss)
+            return loss
+
+        return draft, step
+
+    if args.steps == 0:  # as many as fit the time left, measured on a throwaway drafter
+        _, probe = make_trainer(100)
+        probe_rng = np.random.default_rng(args.seed + 1)
+        args.steps = common.plan_steps(lambda: probe(probe_rng), args.max_minutes * 60
+                                       - (time.time() - started) - 45)
+    mx.random.seed(args.seed)
+    draft, step = make_trainer(args.steps)
+
+    def evaluate():
+        lengths = []
+        for first in range(0, held, 16):
+            rows = mx.arange(first, min(first + 16, held))
+            tokens, tap = tokens_all[rows], taps[rows]
+            anchors = mx.broadcast_to(mx.arange(low, high + 1, 8)[None], (rows.size, len(range(low, high + 1, 8))))
+            logits = block_logits(draft, embed, head, tokens, tap, anchors, mask_id, theta)
+            lengths.append(accept_lengths(logits, block_labels(tokens, anchors)).reshape(-1))
+        return float(mx.mean(mx.concatenate(lengths).astype(mx.float32)).item())
+
+    log, t0, done = [], time.time(), 0
+    for done in range(1, args.steps + 1):
+        loss = step(rng)
+        if done % 200 == 0 or done == args.steps or done <= 2:
+            entry = {"step": done, "loss": loss.item(), "seconds": round(time.time() - t0, 1)}
+            if done % 1000 == 0 or done == args.steps:
+                entry["accept_len"] = evaluate()
+            log.append(entry)
+            print(json.dumps(entry), flush=True)
+        if time.time() - started > args.max_minutes * 60:
+            print(f"stopping at step {done}: time limit", flush=True)
+            break
+    draft.set_dtype(mx.bfloat16)
+    accept = evaluate()
+    save_drafter(args.out / "drafter", cfg, draft, dtype=mx.bfloat16)
+    report = {"seed": args.seed, "sequences": int(len(sequences)), "held_out": held,
+              "prompt": args.prompt, "generate": args.generate, "steps_planned": args.steps,
+              "steps_done": done, "batch": args.batch, "anchors": args.anchors, "lr": args.lr,
+              "gamma": args.gamma, "parameters": common.count_params(draft),
+              "offline_accept_len_bf16": accept, "seconds": round(time.time() - started, 1),
+              "log": log}
+    (args.out / "train_drafter.json").write_text(json.dumps(report, indent=2))
+    print(f"held-out greedy accept length (bf16, block 16): {accept:.2f}; "
+          f"{time.time() - started:.0f} s in all", flush=True)
+
+
+if __name__ == "__main__":
+    main()
