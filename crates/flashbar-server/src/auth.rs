@@ -8,6 +8,7 @@ use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
+use subtle::ConstantTimeEq;
 
 /// The key a request presents, if any.
 pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
@@ -23,10 +24,10 @@ pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
-/// Compares without leaking where the first difference is.
+/// Compares in constant time (`subtle`), so the time taken does not say
+/// where the first wrong byte is. Only the key's length can be learnt.
 fn same_key(given: &str, expected: &str) -> bool {
-    let (a, b) = (given.as_bytes(), expected.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    given.as_bytes().ct_eq(expected.as_bytes()).into()
 }
 
 /// Whether `headers` carry the right key; the 401 to answer if not.
@@ -89,5 +90,9 @@ mod tests {
             401
         );
         assert!(check(&headers(&[("x-api-key", "righ")]), "right").is_err());
+        assert!(check(&headers(&[("x-api-key", "rightt")]), "right").is_err());
+        assert!(check(&headers(&[("x-api-key", "")]), "right").is_err());
+        assert!(same_key("right", "right"));
+        assert!(!same_key("Right", "right"));
     }
 }

@@ -86,7 +86,11 @@ mod tests {
         use std::sync::Arc;
         use tower::ServiceExt;
 
-        let (state, _cut) = AppState::new(Arc::new(echo_worker(1, 0)), "echo".into());
+        let (state, _cut) = AppState::new(
+            Arc::new(echo_worker(1, 0)),
+            "echo".into(),
+            crate::Limits::default(),
+        );
         let app = router(state, Some(Arc::from("key")))
             .layer(layer(&["http://localhost:5173".into()]).unwrap());
         let preflight = |origin: &str| {

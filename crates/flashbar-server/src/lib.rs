@@ -8,21 +8,31 @@
 //!
 //! Modules: [`api`] (wire types), [`convert`] (request checks), [`worker`]
 //! (queue and engine thread), [`routes`], [`sse`], [`auth`], [`cors`],
-//! [`error`], [`server`] (start / stop).
+//! [`error`], [`server`] (start / stop), [`listen`] (connections),
+//! [`limits`] and [`body`] (what a client may cost), [`memory`] (MLX's
+//! counters for `/health`).
 
 pub mod api;
 pub mod auth;
+pub mod body;
 pub mod convert;
 pub mod cors;
 pub mod error;
+pub mod limits;
+pub mod listen;
+pub mod memory;
 pub mod routes;
 pub mod server;
 pub mod sse;
 pub mod worker;
 
+#[cfg(test)]
+mod hardening_tests;
+
 pub use error::ApiError;
+pub use limits::Limits;
 pub use server::{Server, ServerError, ServerOptions};
-pub use worker::{Backend, Worker, DEFAULT_QUEUE_CAPACITY};
+pub use worker::{Backend, Observer, Worker, DEFAULT_QUEUE_CAPACITY};
 
 /// The default port: unused by other local-LLM apps (LM Studio 1234,
 /// Ollama 11434, Jan 1337, oMLX 8000).

@@ -6,12 +6,12 @@ use crate::api::{self, Head, Kind};
 use crate::auth;
 use crate::convert::{self, ModelNames, Parsed};
 use crate::error::ApiError;
-use crate::sse;
+use crate::limits::Limits;
 use crate::worker::{CancelOnDrop, Event, Worker};
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use crate::{body, memory, sse};
+use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{Method, Uri};
+use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -19,7 +19,7 @@ use flashbar_engine::CancelToken;
 use serde_json::{json, Value};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
 /// What every handler sees.
@@ -31,17 +31,23 @@ pub struct AppState {
     /// Becomes true (or its sender is dropped) when the server cuts the
     /// answers still running at shutdown.
     pub cut: watch::Receiver<bool>,
+    pub limits: Limits,
 }
 
 impl AppState {
     /// The state, and the sender that cuts running answers.
-    pub fn new(worker: Arc<Worker>, model_id: String) -> (Arc<AppState>, watch::Sender<bool>) {
+    pub fn new(
+        worker: Arc<Worker>,
+        model_id: String,
+        limits: Limits,
+    ) -> (Arc<AppState>, watch::Sender<bool>) {
         let (cut_tx, cut) = watch::channel(false);
         let state = AppState {
             worker,
             names: ModelNames { id: model_id },
             created: now(),
             cut,
+            limits,
         };
         (Arc::new(state), cut_tx)
     }
@@ -113,6 +119,7 @@ async fn health(State(state): State<Arc<AppState>>) -> Json<Value> {
         "busy": state.worker.busy(),
         "queued": state.worker.queued(),
         "queue_capacity": state.worker.capacity(),
+        "memory": memory::stats(),
     }))
 }
 
@@ -124,36 +131,48 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     ApiError::method_not_allowed(method.as_str(), uri.path())
 }
 
-/// The body's bytes, or the reason they could not be read (too large...).
-fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|rejection| ApiError {
-        status: rejection.status(),
-        ..ApiError::invalid(rejection.body_text())
-    })
-}
-
 async fn chat_completions(
     State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<Response, ApiError> {
-    let body = convert::parse_json(&body_bytes(body)?)?;
+    let body = convert::parse_json(&body::read(&headers, body, &state.limits).await?)?;
     let parsed = convert::chat(body, &state.names, state.worker.context_length())?;
     answer(&state, parsed, Kind::Chat).await
 }
 
 async fn completions(
     State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<Response, ApiError> {
-    let body = convert::parse_json(&body_bytes(body)?)?;
+    let body = convert::parse_json(&body::read(&headers, body, &state.limits).await?)?;
     let parsed = convert::completion(body, &state.names, state.worker.context_length())?;
     answer(&state, parsed, Kind::Text).await
 }
+
+/// The response header telling how long the request waited for the engine
+/// (queue and prompt checks), in milliseconds.
+pub const QUEUE_WAIT_HEADER: &str = "x-flashbar-queue-wait-ms";
 
 /// Queues the generation, waits until it starts (so a refused request is
 /// still an HTTP error), then answers whole or as a stream. Dropping this
 /// future or the stream (client gone) cancels the generation.
 async fn answer(state: &AppState, parsed: Parsed, kind: Kind) -> Result<Response, ApiError> {
+    let mut response = start_answer(state, parsed, kind).await?;
+    if let Ok(value) = HeaderValue::from_str(&response.1.to_string()) {
+        response.0.headers_mut().insert(QUEUE_WAIT_HEADER, value);
+    }
+    Ok(response.0)
+}
+
+/// The response, and the milliseconds it waited before generating.
+async fn start_answer(
+    state: &AppState,
+    parsed: Parsed,
+    kind: Kind,
+) -> Result<(Response, u128), ApiError> {
+    let submitted = Instant::now();
     let cancel = CancelToken::default();
     let guard = CancelOnDrop(cancel.clone());
     let mut events = state.worker.submit(parsed.request, cancel)?;
@@ -167,6 +186,7 @@ async fn answer(state: &AppState, parsed: Parsed, kind: Kind) -> Result<Response
         Some(Event::Failed(error)) => return Err(error),
         _ => return Err(ApiError::internal("the engine stopped")),
     }
+    let waited = submitted.elapsed().as_millis();
     let head = Head {
         id: new_id(match kind {
             Kind::Chat => "chatcmpl",
@@ -176,14 +196,15 @@ async fn answer(state: &AppState, parsed: Parsed, kind: Kind) -> Result<Response
         model: parsed.model,
     };
     if parsed.stream {
-        return Ok(sse::respond(
+        let stream = sse::respond(
             kind,
             head,
             events,
             guard,
             parsed.include_usage,
             state.cut.clone(),
-        ));
+        );
+        return Ok((stream, waited));
     }
     loop {
         let event = tokio::select! {
@@ -199,7 +220,7 @@ async fn answer(state: &AppState, parsed: Parsed, kind: Kind) -> Result<Response
                     Kind::Chat => api::chat_completion(&head, &outcome),
                     Kind::Text => api::text_completion(&head, &outcome),
                 };
-                return Ok(Json(body).into_response());
+                return Ok((Json(body).into_response(), waited));
             }
         }
     }
@@ -215,7 +236,11 @@ mod tests {
     use tower::ServiceExt;
 
     fn app(key: Option<&str>) -> Router {
-        let (state, cut) = AppState::new(Arc::new(echo_worker(4, 0)), "echo".into());
+        let (state, cut) = AppState::new(
+            Arc::new(echo_worker(4, 0)),
+            "echo".into(),
+            Limits::default(),
+        );
         std::mem::forget(cut); // never cut
         router(state, key.map(Arc::from))
     }
@@ -237,6 +262,12 @@ mod tests {
     #[tokio::test]
     async fn chat_whole_and_streamed() {
         let body = r#"{"model":"echo","messages":[{"role":"user","content":"x"}],"max_tokens":2}"#;
+        let response = app(None)
+            .oneshot(post("/v1/chat/completions", body))
+            .await
+            .unwrap();
+        let waited = response.headers()[QUEUE_WAIT_HEADER].to_str().unwrap();
+        assert!(waited.parse::<u64>().is_ok(), "{waited}");
         let (status, text) = call(app(None), post("/v1/chat/completions", body)).await;
         assert_eq!(status, 200, "{text}");
         let v: Value = serde_json::from_str(&text).unwrap();
@@ -275,7 +306,7 @@ mod tests {
         let (status, text) = call(app(None), post("/v1/models", "{}")).await;
         assert_eq!(status, 405);
         assert!(text.contains("\"error\""));
-        let huge = format!("{{\"prompt\": \"{}\"}}", "x".repeat(3 << 20));
+        let huge = format!("{{\"prompt\": \"{}\"}}", "x".repeat(5 << 20));
         let (status, text) = call(app(None), post("/v1/completions", &huge)).await;
         assert_eq!(status, 413);
         assert!(text.contains("\"error\""));
@@ -295,6 +326,9 @@ mod tests {
         assert_eq!(call(app(Some("k")), get(Some("k"))).await.0, 200);
         assert_eq!(call(app(None), get(Some("anything"))).await.0, 200);
         let health = Request::get("/health").body(Body::empty()).unwrap();
-        assert_eq!(call(app(Some("k")), health).await.0, 200);
+        let (status, text) = call(app(Some("k")), health).await;
+        assert_eq!(status, 200);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert!(v["memory"]["active_bytes"].is_u64(), "{text}");
     }
 }

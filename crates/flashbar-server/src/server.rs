@@ -1,12 +1,13 @@
 //! The running endpoint: [`Server::start`] binds and serves in the
 //! background over an already loaded model ([`Worker`], shared by `Arc`, so
-//! restarting the server never reloads it); [`Server::stop`] shuts down
-//! gracefully (in-flight answers get a grace period, then are cut, which
-//! cancels their generations).
+//! restarting the server never reloads it), within [`Limits`];
+//! [`Server::stop`] shuts down gracefully (in-flight answers get a grace
+//! period, then are cut, which cancels their generations).
 
+use crate::limits::Limits;
 use crate::routes::{self, AppState};
 use crate::worker::Worker;
-use crate::{cors, DEFAULT_PORT};
+use crate::{cors, listen, DEFAULT_PORT};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +26,8 @@ pub struct ServerOptions {
     pub cors_origins: Vec<String>,
     /// How long [`Server::stop`] lets in-flight answers finish.
     pub shutdown_grace: Duration,
+    /// Sizes and timeouts each client must keep to.
+    pub limits: Limits,
 }
 
 impl Default for ServerOptions {
@@ -34,6 +37,7 @@ impl Default for ServerOptions {
             api_key: None,
             cors_origins: Vec::new(),
             shutdown_grace: Duration::from_secs(5),
+            limits: Limits::default(),
         }
     }
 }
@@ -68,7 +72,7 @@ impl Server {
         model_id: impl Into<String>,
         options: ServerOptions,
     ) -> Result<Server, ServerError> {
-        let (state, cut) = AppState::new(worker, model_id.into());
+        let (state, cut) = AppState::new(worker, model_id.into(), options.limits.clone());
         let mut app = routes::router(state, options.api_key.as_deref().map(Arc::from));
         if !options.cors_origins.is_empty() {
             app = app.layer(cors::layer(&options.cors_origins).map_err(ServerError::CorsOrigin)?);
@@ -84,14 +88,10 @@ impl Server {
             })?;
         let addr = listener.local_addr().unwrap_or(options.addr);
         let (shutdown, signal) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
-                let _ = signal.await;
-            });
-            if let Err(error) = serve.await {
-                eprintln!("flashbar: server error: {error}");
-            }
-        });
+        let limits = options.limits.clone();
+        let task = tokio::spawn(listen::serve(listener, app, limits, async move {
+            let _ = signal.await;
+        }));
         Ok(Server {
             addr,
             shutdown: Some(shutdown),

@@ -1,0 +1,34 @@
+//! MLX's memory counters for `/health`: bytes held by live arrays (active),
+//! the most ever held (peak), and freed buffers kept for reuse (cache), so a
+//! soak run can watch for leaks from outside the process.
+
+use serde_json::{json, Value};
+
+/// One counter; `None` when MLX reports an error.
+fn read(get: unsafe extern "C" fn(*mut usize) -> i32) -> Option<u64> {
+    let mut bytes: usize = 0;
+    // SAFETY: the mlx-c getters write one size_t through the pointer and
+    // only read the allocator's counters (safe from any thread).
+    let status = unsafe { get(&mut bytes) };
+    (status == 0).then_some(bytes as u64)
+}
+
+/// `{"active_bytes", "peak_bytes", "cache_bytes"}`.
+pub fn stats() -> Value {
+    json!({
+        "active_bytes": read(mlx_sys::mlx_get_active_memory),
+        "peak_bytes": read(mlx_sys::mlx_get_peak_memory),
+        "cache_bytes": read(mlx_sys::mlx_get_cache_memory),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_counters_are_read() {
+        let stats = super::stats();
+        for key in ["active_bytes", "peak_bytes", "cache_bytes"] {
+            assert!(stats[key].is_u64(), "{key}: {stats}");
+        }
+    }
+}
