@@ -94,29 +94,11 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
             path: index.clone(),
             source,
         })?;
-        let invalid = |reason: String| ModelError::Config {
+        let shards = shard_names(&text).map_err(|reason| ModelError::Config {
             path: index.clone(),
             reason,
-        };
-        let value: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
-        let map = value
-            .get("weight_map")
-            .and_then(|m| m.as_object())
-            .ok_or_else(|| invalid("no `weight_map` object".into()))?;
-        let mut files = BTreeSet::new();
-        for file in map.values() {
-            let file = file
-                .as_str()
-                .ok_or_else(|| invalid("weight_map values must be file names".into()))?;
-            if file.contains('/') || file.contains("..") {
-                return Err(invalid(format!(
-                    "shard name {file:?} leaves the model folder"
-                )));
-            }
-            files.insert(dir.join(file));
-        }
-        return Ok(files.into_iter().collect());
+        })?;
+        return Ok(shards.into_iter().map(|file| dir.join(file)).collect());
     }
     let single = dir.join("model.safetensors");
     if single.is_file() {
@@ -128,25 +110,55 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     }
 }
 
+/// The shard files a `model.safetensors.index.json` names, each once, in
+/// order; a name that could leave the model folder is refused.
+pub fn shard_names(index_json: &str) -> Result<Vec<String>, String> {
+    let value: serde_json::Value = serde_json::from_str(index_json).map_err(|e| e.to_string())?;
+    let map = value
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or("no `weight_map` object")?;
+    let mut files = BTreeSet::new();
+    for file in map.values() {
+        let file = file
+            .as_str()
+            .ok_or("weight_map values must be file names")?;
+        if file.is_empty()
+            || file.contains(['/', '\\', '\0'])
+            || file.contains("..")
+            || Path::new(file).is_absolute()
+        {
+            return Err(format!("shard name {file:?} leaves the model folder"));
+        }
+        files.insert(file.to_owned());
+    }
+    Ok(files.into_iter().collect())
+}
+
 /// Reads and checks one file's header: every tensor's bytes must lie inside
 /// the file and match its dtype and shape, so a truncated download is caught
 /// here instead of inside MLX.
 pub fn read_header(path: &Path) -> Result<BTreeMap<String, TensorInfo>> {
+    let io = |source| ModelError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let file = File::open(path).map_err(io)?;
+    let file_len = file.metadata().map_err(io)?.len();
+    read_header_from(path, file, file_len)
+}
+
+/// [`read_header`] over any reader holding a file of `file_len` bytes
+/// (`path` only names it in errors).
+pub fn read_header_from(
+    path: &Path,
+    mut file: impl Read,
+    file_len: u64,
+) -> Result<BTreeMap<String, TensorInfo>> {
     let bad = |reason: String| ModelError::Safetensors {
         path: path.to_owned(),
         reason,
     };
-    let mut file = File::open(path).map_err(|source| ModelError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    let file_len = file
-        .metadata()
-        .map_err(|source| ModelError::Io {
-            path: path.to_owned(),
-            source,
-        })?
-        .len();
     let mut len_bytes = [0u8; 8];
     file.read_exact(&mut len_bytes)
         .map_err(|_| bad("shorter than its 8-byte header length".into()))?;

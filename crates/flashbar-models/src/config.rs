@@ -184,6 +184,33 @@ pub(crate) fn require_positive(fields: &[(&str, usize)]) -> Result<(), String> {
     }
 }
 
+/// Most layers a config may declare (real checkpoints have under 100):
+/// loading walks every layer, so a huge count must not get that far.
+pub(crate) const MAX_LAYERS: usize = 1024;
+/// Largest width, head count, head size or vocabulary a config may declare;
+/// it keeps every derived size (products of a few of them) far from
+/// overflowing.
+pub(crate) const MAX_SIZE: usize = 1 << 24;
+
+/// The first of `fields` over `max`, as a config error.
+pub(crate) fn require_at_most(fields: &[(&str, usize)], max: usize) -> Result<(), String> {
+    match fields.iter().find(|(_, v)| *v > max) {
+        Some((name, value)) => Err(format!("`{name}` is {value}, more than {max}")),
+        None => Ok(()),
+    }
+}
+
+/// A float setting that must be finite and positive (or zero, `zero_ok`).
+pub(crate) fn require_finite(name: &str, value: f32, zero_ok: bool) -> Result<(), String> {
+    if value.is_finite() && (value > 0.0 || (zero_ok && value == 0.0)) {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` must be a finite positive number, got {value}"
+        ))
+    }
+}
+
 /// Attention heads must share KV heads evenly.
 pub(crate) fn require_multiple(
     (heads, h): (&str, usize),
@@ -209,6 +236,34 @@ impl TextConfig {
             ("linear_conv_kernel_dim", self.linear_conv_kernel_dim),
         ];
         require_positive(&positive)?;
+        require_positive(&[("head_dim", self.head_dim())])?;
+        require_at_most(&[("num_hidden_layers", self.num_hidden_layers)], MAX_LAYERS)?;
+        require_at_most(
+            &[
+                ("hidden_size", self.hidden_size),
+                ("num_attention_heads", self.num_attention_heads),
+                ("num_key_value_heads", self.num_key_value_heads),
+                ("vocab_size", self.vocab_size),
+                ("linear_num_key_heads", self.linear_num_key_heads),
+                ("linear_num_value_heads", self.linear_num_value_heads),
+                ("linear_key_head_dim", self.linear_key_head_dim),
+                ("linear_value_head_dim", self.linear_value_head_dim),
+                ("linear_conv_kernel_dim", self.linear_conv_kernel_dim),
+                ("full_attention_interval", self.full_attention_interval),
+                ("intermediate_size", self.intermediate_size),
+                ("head_dim", self.head_dim.unwrap_or(0)),
+                ("max_position_embeddings", self.max_position_embeddings),
+                ("num_experts", self.num_experts),
+                ("num_experts_per_tok", self.num_experts_per_tok),
+                ("moe_intermediate_size", self.moe_intermediate_size),
+                (
+                    "shared_expert_intermediate_size",
+                    self.shared_expert_intermediate_size,
+                ),
+            ],
+            MAX_SIZE,
+        )?;
+        require_finite("rms_norm_eps", self.rms_norm_eps, true)?;
         require_multiple(
             ("linear_num_value_heads", self.linear_num_value_heads),
             ("linear_num_key_heads", self.linear_num_key_heads),
@@ -242,17 +297,24 @@ fn rope_of(text: &TextConfig) -> Result<Rope, String> {
         factor: None,
     });
     let factor = params.partial_rotary_factor.unwrap_or(0.25);
+    if !(factor > 0.0 && factor <= 1.0) {
+        return Err(format!(
+            "`partial_rotary_factor` must be in (0, 1], got {factor}"
+        ));
+    }
     let dims = (text.head_dim() as f32 * factor) as usize;
     let scale = match params.rope_type.as_deref().unwrap_or("default") {
         "default" => 1.0,
-        "linear" => 1.0 / params.factor.ok_or("linear rope scaling needs `factor`")?,
+        "linear" => {
+            let factor = params.factor.ok_or("linear rope scaling needs `factor`")?;
+            require_finite("rope_parameters.factor", factor, false)?;
+            1.0 / factor
+        }
         other => return Err(format!("unsupported rope type {other:?} (default, linear)")),
     };
-    Ok(Rope {
-        dims,
-        theta: params.rope_theta.unwrap_or(100_000.0),
-        scale,
-    })
+    let theta = params.rope_theta.unwrap_or(100_000.0);
+    require_finite("rope_theta", theta, false)?;
+    Ok(Rope { dims, theta, scale })
 }
 
 pub(crate) fn parse_quantization(root: &serde_json::Value) -> Result<Quantization, String> {
@@ -314,4 +376,58 @@ fn default_max_positions() -> usize {
 }
 fn default_true() -> bool {
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The embedded default target's config, its `text_config` edited.
+    fn with(edit: impl FnOnce(&mut serde_json::Value)) -> Result<ModelConfig, ParseError> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../models/default/target/config.json"
+        );
+        let mut value: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        edit(&mut value["text_config"]);
+        ModelConfig::parse(&value.to_string())
+    }
+
+    fn reason(result: Result<ModelConfig, ParseError>) -> String {
+        match result {
+            Err(ParseError::Invalid(reason)) => reason,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_default_config_parses() {
+        assert!(with(|_| {}).is_ok());
+    }
+
+    #[test]
+    fn sizes_that_would_run_away_are_refused() {
+        // Loading walks every layer and multiplies sizes: bound them first.
+        let r = reason(with(|v| v["num_hidden_layers"] = 100_000_000_000u64.into()));
+        assert!(r.contains("num_hidden_layers"), "{r}");
+        let r = reason(with(|v| v["linear_key_head_dim"] = (1u64 << 40).into()));
+        assert!(r.contains("linear_key_head_dim"), "{r}");
+        let r = reason(with(|v| v["head_dim"] = 0.into()));
+        assert!(r.contains("head_dim"), "{r}");
+    }
+
+    #[test]
+    fn bad_rope_and_norm_numbers_are_refused() {
+        let r = reason(with(|v| {
+            v["rope_parameters"] = serde_json::json!({"partial_rotary_factor": 4.0})
+        }));
+        assert!(r.contains("partial_rotary_factor"), "{r}");
+        let r = reason(with(|v| {
+            v["rope_parameters"] = serde_json::json!({"rope_type": "linear", "factor": 0.0})
+        }));
+        assert!(r.contains("factor"), "{r}");
+        let r = reason(with(|v| v["rms_norm_eps"] = (-1.0).into()));
+        assert!(r.contains("rms_norm_eps"), "{r}");
+    }
 }

@@ -1,7 +1,10 @@
 //! A DFlash drafter's `config.json` (z-lab format; modal-labs checkpoints use
 //! the same keys), and the checks that it fits a target.
 
-use crate::config::{require_multiple, require_positive, ModelConfig, QuantParams, Quantization};
+use crate::config::{
+    require_at_most, require_finite, require_multiple, require_positive, ModelConfig, QuantParams,
+    Quantization, MAX_LAYERS, MAX_SIZE,
+};
 use crate::error::{ModelError, Result};
 use serde::Deserialize;
 use std::path::Path;
@@ -122,6 +125,27 @@ impl DrafterConfig {
             ("num_target_layers", raw.num_target_layers),
         ];
         require_positive(&positive)?;
+        require_positive(&[("head_dim", raw.head_dim.unwrap_or(1))])?;
+        // Layer lists are built from these counts: bound them first.
+        require_at_most(
+            &[
+                ("num_hidden_layers", raw.num_hidden_layers),
+                ("num_target_layers", raw.num_target_layers),
+            ],
+            MAX_LAYERS,
+        )?;
+        require_at_most(
+            &[
+                ("hidden_size", raw.hidden_size),
+                ("num_attention_heads", raw.num_attention_heads),
+                ("num_key_value_heads", raw.num_key_value_heads),
+                ("head_dim", raw.head_dim.unwrap_or(0)),
+                ("intermediate_size", raw.intermediate_size),
+                ("vocab_size", raw.vocab_size),
+            ],
+            MAX_SIZE,
+        )?;
+        require_finite("rms_norm_eps", raw.rms_norm_eps, true)?;
         require_multiple(
             ("num_attention_heads", raw.num_attention_heads),
             ("num_key_value_heads", raw.num_key_value_heads),
@@ -133,7 +157,7 @@ impl DrafterConfig {
                 let factor = rope
                     .as_ref()
                     .and_then(|r| r.factor)
-                    .filter(|f| *f > 0.0)
+                    .filter(|f| f.is_finite() && *f > 0.0)
                     .ok_or("linear rope_scaling needs a positive `factor`")?;
                 1.0 / factor
             }
@@ -172,10 +196,22 @@ impl DrafterConfig {
             return Err("dflash_config.target_layer_ids is empty".into());
         }
         let root: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        let head_dim = raw
+            .head_dim
+            .unwrap_or(raw.hidden_size / raw.num_attention_heads);
+        require_positive(&[("head_dim", head_dim)])?;
+        let rope_theta = raw
+            .rope_theta
+            .or(rope.as_ref().and_then(|r| r.rope_theta))
+            .unwrap_or(10_000.0);
+        require_finite("rope_theta", rope_theta, false)?;
+        let input_embedding_scale = d.input_embedding_scale.unwrap_or(1.0);
+        let output_multiplier = d.output_multiplier.unwrap_or(1.0);
+        if !input_embedding_scale.is_finite() || !output_multiplier.is_finite() {
+            return Err("input_embedding_scale and output_multiplier must be finite".into());
+        }
         Ok(DrafterConfig {
-            head_dim: raw
-                .head_dim
-                .unwrap_or(raw.hidden_size / raw.num_attention_heads),
+            head_dim,
             hidden_size: raw.hidden_size,
             num_hidden_layers: raw.num_hidden_layers,
             num_attention_heads: raw.num_attention_heads,
@@ -183,10 +219,7 @@ impl DrafterConfig {
             intermediate_size: raw.intermediate_size,
             vocab_size: raw.vocab_size,
             rms_norm_eps: raw.rms_norm_eps,
-            rope_theta: raw
-                .rope_theta
-                .or(rope.as_ref().and_then(|r| r.rope_theta))
-                .unwrap_or(10_000.0),
+            rope_theta,
             rope_scale,
             block_size,
             num_target_layers: raw.num_target_layers,
@@ -197,8 +230,8 @@ impl DrafterConfig {
             layer_kinds,
             sliding_window: raw.sliding_window,
             is_causal: raw.is_causal,
-            input_embedding_scale: d.input_embedding_scale.unwrap_or(1.0),
-            output_multiplier: d.output_multiplier.unwrap_or(1.0),
+            input_embedding_scale,
+            output_multiplier,
             final_logit_softcapping: d
                 .final_logit_softcapping
                 .or(raw.final_logit_softcapping)
@@ -334,6 +367,26 @@ mod tests {
         assert!(err.unwrap_err().contains("sliding_window"));
         let err = with(|v| v["dflash_config"] = serde_json::json!({"target_layer_ids": [1]}));
         assert!(err.unwrap_err().contains("mask_token_id"));
+    }
+
+    #[test]
+    fn huge_counts_and_bad_numbers_are_refused_before_allocating() {
+        // Found by review for the config fuzz target: a layer list of this
+        // length used to be allocated (and abort) before any check.
+        let err = with(|v| v["num_hidden_layers"] = 1_000_000_000_000u64.into());
+        assert!(err.unwrap_err().contains("num_hidden_layers"));
+        let err = with(|v| {
+            v["num_target_layers"] = 1_000_000_000_000u64.into();
+            v["dflash_config"]
+                .as_object_mut()
+                .unwrap()
+                .remove("target_layer_ids");
+        });
+        assert!(err.unwrap_err().contains("num_target_layers"));
+        let err = with(|v| v["head_dim"] = 0.into());
+        assert!(err.unwrap_err().contains("head_dim"));
+        let err = with(|v| v["rope_theta"] = (-1.0).into());
+        assert!(err.unwrap_err().contains("rope_theta"));
     }
 
     #[test]
