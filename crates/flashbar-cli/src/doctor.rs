@@ -1,15 +1,17 @@
-//! `flashbar doctor`: can this model be used here, and if not, why.
+//! `flashbar doctor`: can this model (and drafter) be used here, and if not,
+//! why: complete folders, the loader's checks, the drafter's fit, memory.
 
 use crate::models::resolve_pair;
 use anyhow::bail;
+use flashbar_hub::doctor::Status;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct DoctorArgs {
-    /// Target model folder (default: the embedded model).
+    /// Target model: a folder or a catalogue id (default: the embedded model).
     #[arg(long)]
     model: Option<PathBuf>,
-    /// DFlash drafter folder.
+    /// DFlash drafter: a folder or a catalogue id.
     #[arg(long)]
     drafter: Option<PathBuf>,
     /// Print the findings as JSON.
@@ -19,25 +21,25 @@ pub struct DoctorArgs {
 
 pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
     let (dir, drafter) = resolve_pair(args.model.as_deref(), args.drafter.as_deref())?;
-    let mut findings = flashbar_engine::doctor::check_target(&dir);
-    if let Some(drafter) = &drafter {
-        findings.push(flashbar_engine::doctor::check_drafter(&dir, drafter));
-    }
+    let report = flashbar_hub::doctor::diagnose(&dir, drafter.as_deref());
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&findings)?);
+        println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!("model: {}", dir.display());
-        for f in &findings {
-            println!(
-                "{:<14} {:<4} {}",
-                f.check,
-                if f.ok { "ok" } else { "FAIL" },
-                f.detail
-            );
+        if let Some(drafter) = &drafter {
+            println!("drafter: {}", drafter.display());
+        }
+        for check in &report.checks {
+            let status = match check.status {
+                Status::Ok => "ok",
+                Status::Fail => "FAIL",
+                Status::Unknown => "?",
+            };
+            println!("{:<14} {:<4} {}", check.name, status, check.detail);
         }
     }
-    match findings.iter().find(|f| !f.ok) {
-        Some(failed) => bail!("{}: {}", failed.check, failed.detail),
+    match report.first_failure() {
+        Some(failure) => bail!("{failure}"),
         None => Ok(()),
     }
 }

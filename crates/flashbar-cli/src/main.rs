@@ -3,9 +3,12 @@
 //! Every failure ends as one line on stderr and a non-zero exit status.
 
 mod bench;
+mod catalogue_ids;
 mod doctor;
 mod generate;
 mod models;
+mod models_cmd;
+mod pull;
 mod serve;
 mod smoke;
 
@@ -31,6 +34,10 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Check that a model can be used, and say why not.
     Doctor(doctor::DoctorArgs),
+    /// Download a model (or a catalogue pair) from the Hugging Face hub.
+    Pull(pull::PullArgs),
+    /// List the catalogue and the downloaded models, with disk usage.
+    Models(models_cmd::ModelsArgs),
     /// Measure prefill and decode speed on a model.
     Bench(bench::BenchArgs),
     /// Check that MLX computes correctly here, on every device it offers.
@@ -67,6 +74,8 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::run(args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => serve::run(args).map(|()| ExitCode::SUCCESS),
         Command::Doctor(args) => doctor::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Pull(args) => pull::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Models(args) => models_cmd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench::run(args).map(|()| ExitCode::SUCCESS),
         Command::Smoke(args) => smoke::run(args),
     };

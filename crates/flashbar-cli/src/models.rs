@@ -1,5 +1,5 @@
-//! Where models are: `--model` / `--drafter` folders, or the embedded
-//! default pair (`models/default/{target,drafter}`).
+//! Where models are: `--model` / `--drafter` folders or catalogue ids, or
+//! the embedded default pair (`models/default/{target,drafter}`).
 
 use anyhow::bail;
 use std::path::{Path, PathBuf};
@@ -11,7 +11,7 @@ pub const DEFAULT_MODEL_ENV: &str = "FLASHBAR_DEFAULT_MODEL";
 /// (`models/default/target` of this source tree).
 pub fn resolve_model(model: Option<&Path>) -> anyhow::Result<PathBuf> {
     let path = match model {
-        Some(path) => path.to_owned(),
+        Some(path) => crate::catalogue_ids::target_dir(path)?,
         None => std::env::var_os(DEFAULT_MODEL_ENV)
             .map(PathBuf::from)
             .unwrap_or_else(|| {
@@ -36,6 +36,7 @@ pub fn resolve_pair(
     let target = resolve_model(model)?;
     let drafter = match (drafter, model) {
         (Some(dir), _) => {
+            let dir = &crate::catalogue_ids::drafter_dir(dir)?;
             if !dir.is_dir() {
                 bail!("drafter not found: {} is not a folder", dir.display());
             }
@@ -45,7 +46,7 @@ pub fn resolve_pair(
             .parent()
             .map(|root| root.join("drafter"))
             .filter(|dir| dir.join("config.json").is_file()),
-        (None, Some(_)) => None,
+        (None, Some(model)) => crate::catalogue_ids::default_drafter(model),
     };
     Ok((target, drafter))
 }
