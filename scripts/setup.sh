@@ -69,4 +69,11 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
   say "npm: installing packages"
   npm ci --no-audit --no-fund --loglevel=error
 fi
+# The app's end-to-end tests (tests/e2e) drive the real window through
+# tauri-driver, which talks to WebKitWebDriver (webkit2gtk-driver, above).
+if ! cargo install --list | grep -q '^tauri-driver v2.1.0:'; then
+  say "cargo: installing tauri-driver 2.1.0"
+  cargo install tauri-driver --version =2.1.0 --locked
+fi
+
 say "ready"

@@ -9,6 +9,9 @@ echo "== ui"
 npm run --silent ui:check
 npm run --silent ui:build >/dev/null
 
+echo "== ui unit tests (vitest)"
+npm run --silent test:ui
+
 # Tiny random checkpoints + mlx-lm reference outputs for the parity tests,
 # regenerated only when the generator changes.
 echo "== fixtures"
@@ -23,6 +26,11 @@ fi
 echo "== cargo test"
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+
+# The real app under Xvfb: chat, metrics, local server, screenshots in
+# target/e2e-screenshots; then its cold start.
+echo "== app end-to-end (tauri-driver, Xvfb)"
+bash tests/e2e/run.sh
 
 echo "== python (reference venv)"
 .venv/bin/python -m pytest -q tests/python

@@ -1,10 +1,24 @@
-//! Flashbar's desktop shell (Tauri 2): a tray / menu-bar icon with a menu and
-//! one window holding the web UI (`ui/`). The shell talks to the engine only
-//! through its public API and forwards results to the UI as commands/events.
+//! Flashbar's desktop shell (Tauri 2): a tray / menu-bar icon with a menu
+//! and one window holding the web UI (`ui/`). Data flows one way: the UI
+//! calls commands here, these drive the engine through its public API (one
+//! [`flashbar_server::Worker`] shared by the chat and the local server),
+//! and results come back to the UI as events.
+//!
+//! Folders: [`engine`] (background load, the pair to load), [`chat`],
+//! [`models`] (the doctor's verdict on a pair), [`server`] (the local
+//! endpoint switch), [`settings`] (tauri-plugin-store),
+//! [`shell`] (tray, window, macOS specifics).
 
-mod tray;
+mod chat;
+mod engine;
+mod models;
+mod server;
+mod settings;
+mod shell;
 
 use serde::Serialize;
+use std::time::Instant;
+use tauri::{Manager, RunEvent, WindowEvent};
 
 /// What the UI shows about the compute backend.
 #[derive(Debug, Serialize, PartialEq, Eq)]
@@ -26,16 +40,83 @@ fn backend_info() -> Result<BackendInfo, String> {
     })
 }
 
+/// When the process started, for the cold-start report.
+struct Started(Instant);
+
+/// The UI calls this once its first view is on screen: the app is ready
+/// (tray and window), model loading aside. Printed for the cold-start
+/// benchmark.
+#[tauri::command]
+fn ui_ready(started: tauri::State<'_, Started>, tray: tauri::State<'_, shell::tray::HasTray>) {
+    println!(
+        "flashbar-app: ready in {} ms (tray: {})",
+        started.0.elapsed().as_millis(),
+        if tray.0 { "yes" } else { "no" }
+    );
+}
+
 pub fn run() {
+    let started = Instant::now();
     let app = tauri::Builder::default()
-        .invoke_handler(tauri::generate_handler![backend_info])
+        // First, so a second launch only brings the running app forward.
+        .plugin(tauri_plugin_single_instance::init(|app, _args, _cwd| {
+            shell::window::show(app, None)
+        }))
+        .plugin(tauri_plugin_store::Builder::default().build())
+        .plugin(tauri_plugin_autostart::init(
+            tauri_plugin_autostart::MacosLauncher::LaunchAgent,
+            None,
+        ))
+        .plugin(tauri_plugin_positioner::init())
+        .manage(Started(started))
+        .manage(engine::EngineHandle::default())
+        .manage(chat::Jobs::default())
+        .manage(server::ServerHandle::default())
+        .manage(settings::SettingsHandle::default())
+        .invoke_handler(tauri::generate_handler![
+            backend_info,
+            ui_ready,
+            engine::engine_status,
+            models::models_check,
+            chat::chat_send,
+            chat::chat_stop,
+            server::server_status,
+            settings::settings_get,
+            settings::settings_set,
+        ])
         .setup(|app| {
-            tray::install(app.handle());
+            shell::menu_bar_only(app);
+            let handle = app.handle().clone();
+            let settings = settings::load(&handle);
+            let pair = engine::pair::resolve(&settings.target, &settings.drafter).unwrap_or_else(
+                |error| {
+                    eprintln!("flashbar-app: {error}; loading the default pair");
+                    engine::pair::default_pair()
+                },
+            );
+            app.state::<settings::SettingsHandle>().set(settings);
+            let has_tray = shell::tray::install(&handle);
+            app.manage(shell::tray::HasTray(has_tray));
+            engine::load_in_background(&handle, pair, server::apply_later);
             Ok(())
+        })
+        .on_window_event(|window, event| {
+            // With a tray, closing the window only hides it.
+            if let WindowEvent::CloseRequested { api, .. } = event {
+                let app = window.app_handle();
+                if app.try_state::<shell::tray::HasTray>().is_some_and(|t| t.0) {
+                    api.prevent_close();
+                    let _ = window.hide();
+                }
+            }
         })
         .build(tauri::generate_context!());
     match app {
-        Ok(app) => app.run(|_, _| {}),
+        Ok(app) => app.run(|app, event| {
+            if let RunEvent::Exit = event {
+                chat::stop_all(app);
+            }
+        }),
         Err(error) => {
             eprintln!("flashbar-app: cannot start: {error}");
             std::process::exit(1);

@@ -1,31 +1,87 @@
-// The web UI's entry: a tab bar over the app's four views. The views are
-// filled in as the engine's features land (chat, models, metrics, settings).
+// The web UI's entry: a tab bar over the four views (Chat, Models, Metrics,
+// Settings), the engine's load progress, and the wiring of the app shell's
+// events to the views.
+import { api, events, type EngineStatus, type View } from "./api";
+import { ChatView } from "./chat/view";
+import { el } from "./dom";
+import { MetricsView } from "./metrics/view";
+import { ModelsView } from "./models/view";
+import { SettingsView } from "./settings/view";
+import "highlight.js/styles/github.css";
+import "./style.css";
 
-const views = ["Chat", "Models", "Metrics", "Settings"] as const;
-type View = (typeof views)[number];
+const TABS: [View, string][] = [
+  ["chat", "Chat"],
+  ["models", "Models"],
+  ["metrics", "Metrics"],
+  ["settings", "Settings"],
+];
 
-function render(root: HTMLElement, current: View): void {
-  root.replaceChildren();
-  const nav = document.createElement("nav");
-  nav.setAttribute("role", "tablist");
-  for (const view of views) {
-    const tab = document.createElement("button");
-    tab.textContent = view;
-    tab.setAttribute("role", "tab");
-    tab.setAttribute("aria-selected", String(view === current));
-    tab.addEventListener("click", () => render(root, view));
+function engineBanner(banner: HTMLElement, status: EngineStatus): void {
+  const seconds = (status.elapsed_ms / 1000).toFixed(1);
+  banner.dataset.state = status.state;
+  banner.replaceChildren();
+  if (status.state === "loading") {
+    banner.append(
+      el("span", { text: `Loading ${status.model_id}… ${seconds} s` }),
+      el("progress", { "aria-label": "Loading the model" }),
+    );
+  } else if (status.state === "ready") {
+    const drafter = status.drafter ? " + DFlash drafter" : " (no drafter)";
+    banner.append(el("span", { text: `${status.model_id}${drafter} · loaded in ${seconds} s` }));
+  } else if (status.state === "failed") {
+    banner.append(el("span", { class: "error", text: `Cannot load the model: ${status.error}` }));
+  }
+}
+
+async function main(root: HTMLElement): Promise<void> {
+  const chat = new ChatView();
+  const models = new ModelsView();
+  const metrics = new MetricsView();
+  const settings = new SettingsView();
+  const views: Record<View, { root: HTMLElement }> = { chat, models, metrics, settings };
+  const banner = el("div", { class: "engine", "data-testid": "engine-status" });
+  const nav = el("nav", { role: "tablist" });
+  const panel = el("main", { role: "tabpanel" });
+  const select = (view: View) => {
+    for (const tab of nav.children) tab.setAttribute("aria-selected", String((tab as HTMLElement).dataset.view === view));
+    panel.replaceChildren(views[view].root);
+    panel.dataset.view = view;
+    if (view === "metrics") metrics.shown();
+    if (view === "models") void models.refresh();
+  };
+  for (const [view, label] of TABS) {
+    const tab = el("button", { role: "tab", "data-view": view, "data-testid": `tab-${view}`, text: label });
+    tab.addEventListener("click", () => select(view));
     nav.append(tab);
   }
-  const main = document.createElement("main");
-  main.setAttribute("role", "tabpanel");
-  main.dataset.view = current.toLowerCase();
-  const title = document.createElement("h1");
-  title.textContent = current;
-  main.append(title);
-  root.append(nav, main);
+  root.replaceChildren(nav, banner, panel);
+  select("chat");
+
+  await Promise.all([
+    events.engineStatus((s) => {
+      engineBanner(banner, s);
+      models.showEngine(s);
+    }),
+    events.token((e) => chat.handle({ kind: "token", e })),
+    events.done((e) => chat.handle({ kind: "done", e })),
+    events.error((e) => chat.handle({ kind: "error", e })),
+    events.round((round) => metrics.push(round)),
+    events.serverStatus((s) => settings.showServer(s)),
+    events.settingsChanged((s) => settings.show(s)),
+    events.navigate((view) => select(view)),
+  ]);
+  const [status, saved, server] = await Promise.all([api.engineStatus(), api.settingsGet(), api.serverStatus()]);
+  engineBanner(banner, status);
+  models.showEngine(status);
+  settings.show(saved);
+  settings.showServer(server);
+  await api.uiReady();
 }
 
 const root = document.getElementById("app");
 if (root) {
-  render(root, "Chat");
+  main(root).catch((error: unknown) => {
+    root.append(el("p", { class: "error", text: `The app shell did not answer: ${String(error)}` }));
+  });
 }

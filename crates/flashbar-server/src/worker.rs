@@ -64,10 +64,15 @@ pub enum Event {
     Failed(ApiError),
 }
 
+/// Sees a job's tokens (with their origin), text and rounds as they happen,
+/// on the engine thread: the desktop app's chat and metrics panel.
+pub type Observer = Box<dyn Sink + Send>;
+
 struct Job {
     request: GenerateRequest,
     cancel: CancelToken,
     events: UnboundedSender<Event>,
+    observer: Option<Observer>,
 }
 
 #[derive(Default)]
@@ -158,6 +163,17 @@ impl Worker {
         request: GenerateRequest,
         cancel: CancelToken,
     ) -> Result<UnboundedReceiver<Event>, ApiError> {
+        self.submit_observed(request, cancel, None)
+    }
+
+    /// [`Worker::submit`], with an observer that also receives every
+    /// token, text delta and round of the generation.
+    pub fn submit_observed(
+        &self,
+        request: GenerateRequest,
+        cancel: CancelToken,
+        observer: Option<Observer>,
+    ) -> Result<UnboundedReceiver<Event>, ApiError> {
         let Some(jobs) = self.jobs.as_ref() else {
             return Err(ApiError::internal("the engine has stopped"));
         };
@@ -168,6 +184,7 @@ impl Worker {
             request,
             cancel,
             events,
+            observer,
         }) {
             Ok(()) => Ok(receiver),
             Err(error) => {
@@ -216,23 +233,37 @@ struct ChannelSink<'a> {
     events: &'a UnboundedSender<Event>,
     cancel: &'a CancelToken,
     rejected: usize,
+    observer: Option<&'a mut Observer>,
 }
 
 impl Sink for ChannelSink<'_> {
     fn text(&mut self, delta: &str) {
+        if let Some(observer) = self.observer.as_mut() {
+            observer.text(delta);
+        }
         if self.events.send(Event::Text(delta.to_owned())).is_err() {
             self.cancel.cancel();
         }
     }
 
+    fn token(&mut self, id: u32, from_draft: bool) {
+        if let Some(observer) = self.observer.as_mut() {
+            observer.token(id, from_draft);
+        }
+    }
+
     fn round(&mut self, stats: &RoundStats) {
+        if let Some(observer) = self.observer.as_mut() {
+            observer.round(stats);
+        }
         if stats.mode == Mode::Dflash {
             self.rejected += stats.block_size.saturating_sub(1 + stats.accepted);
         }
     }
 }
 
-fn run(backend: &dyn Backend, job: Job) {
+fn run(backend: &dyn Backend, mut job: Job) {
+    let mut observer = job.observer.take();
     let events = &job.events;
     let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Outcome, ApiError> {
         // The engine's own checks, made before anything is streamed so a
@@ -264,6 +295,7 @@ fn run(backend: &dyn Backend, job: Job) {
             events,
             cancel: &job.cancel,
             rejected: 0,
+            observer: observer.as_mut(),
         };
         let generation = backend.generate(&job.request, &mut sink, &job.cancel)?;
         Ok(Outcome {
@@ -317,6 +349,7 @@ pub(crate) mod tests {
                 }
                 std::thread::sleep(self.delay);
                 let word = format!("w{i} ");
+                sink.token(i as u32, i % 2 == 1);
                 sink.text(&word);
                 text.push_str(&word);
             }
@@ -368,6 +401,40 @@ pub(crate) mod tests {
             }
         }
         assert_eq!(text, "w0 w1 w2 ");
+    }
+
+    /// Records what an observer is shown.
+    struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl Sink for Recorder {
+        fn text(&mut self, delta: &str) {
+            self.0.lock().unwrap().push(format!("text {delta}"));
+        }
+        fn token(&mut self, id: u32, from_draft: bool) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("token {id} {from_draft}"));
+        }
+    }
+
+    #[test]
+    fn an_observer_sees_tokens_with_their_origin_and_text() {
+        let worker = echo_worker(4, 0);
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let observer: Observer = Box::new(Recorder(seen.clone()));
+        let mut rx = worker
+            .submit_observed(request(2), CancelToken::default(), Some(observer))
+            .unwrap();
+        while let Some(event) = rx.blocking_recv() {
+            if matches!(event, Event::Done(_) | Event::Failed(_)) {
+                break;
+            }
+        }
+        assert_eq!(
+            *seen.lock().unwrap(),
+            ["token 0 false", "text w0 ", "token 1 true", "text w1 "]
+        );
     }
 
     #[test]

@@ -1,0 +1,302 @@
+//! The chat: the UI sends a conversation, the engine worker streams the
+//! answer back as `chat:token` events (text + `from_draft`), one
+//! `chat:round` per decoding round (the metrics panel), then `chat:done`
+//! or `chat:error`. `chat_stop` cancels a running or queued answer.
+
+mod pieces;
+
+use crate::engine::EngineHandle;
+use crate::settings::SettingsHandle;
+use flashbar_engine::{
+    CancelToken, GenerateRequest, Message, Prompt, RoundStats, SamplingParams, Sink,
+};
+use flashbar_server::worker::Event;
+use pieces::{Pairer, Piece};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use tauri::{AppHandle, Emitter, Manager, State};
+
+/// Longest answer the UI may ask for.
+const MAX_TOKENS_LIMIT: usize = 8192;
+
+/// What the UI sends.
+#[derive(Debug, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    #[serde(default)]
+    pub system: String,
+    #[serde(default)]
+    pub temperature: f32,
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: usize,
+    #[serde(default)]
+    pub seed: u64,
+}
+
+fn default_max_tokens() -> usize {
+    256
+}
+
+/// Running / queued answers, by job id, so they can be stopped.
+#[derive(Default)]
+pub struct Jobs {
+    next: AtomicU64,
+    cancels: Mutex<HashMap<u64, CancelToken>>,
+}
+
+#[derive(Clone, Serialize)]
+struct TokenEvent {
+    job: u64,
+    #[serde(flatten)]
+    piece: Piece,
+}
+
+#[derive(Clone, Serialize)]
+struct RoundEvent<'a> {
+    job: u64,
+    #[serde(flatten)]
+    stats: &'a RoundStats,
+    /// Tokens committed per second of this round's time.
+    tokens_per_second: f64,
+}
+
+/// Emits each token / round as it happens, on the engine thread.
+struct Observer {
+    app: AppHandle,
+    job: u64,
+    pairer: Pairer,
+}
+
+impl Sink for Observer {
+    fn token(&mut self, id: u32, from_draft: bool) {
+        if let Some(piece) = self.pairer.token(id, from_draft) {
+            self.send(piece);
+        }
+    }
+
+    fn text(&mut self, delta: &str) {
+        let piece = self.pairer.text(delta);
+        self.send(piece);
+    }
+
+    fn round(&mut self, stats: &RoundStats) {
+        let ms = stats.draft_ms + stats.verify_ms + stats.rollback_ms;
+        let tokens_per_second = if ms > 0.0 {
+            stats.committed as f64 * 1000.0 / ms
+        } else {
+            0.0
+        };
+        let event = RoundEvent {
+            job: self.job,
+            stats,
+            tokens_per_second,
+        };
+        let _ = self.app.emit("chat:round", event);
+    }
+}
+
+impl Observer {
+    fn send(&self, piece: Piece) {
+        let _ = self.app.emit(
+            "chat:token",
+            TokenEvent {
+                job: self.job,
+                piece,
+            },
+        );
+    }
+}
+
+/// Checks the request and turns it into the engine's.
+fn build_request(
+    request: ChatRequest,
+    settings: &crate::settings::Settings,
+) -> Result<GenerateRequest, String> {
+    if request.messages.is_empty() {
+        return Err("the conversation is empty".into());
+    }
+    if !(0.0..=2.0).contains(&request.temperature) || !request.temperature.is_finite() {
+        return Err(format!(
+            "temperature must be between 0 and 2, not {}",
+            request.temperature
+        ));
+    }
+    if request.max_tokens == 0 || request.max_tokens > MAX_TOKENS_LIMIT {
+        return Err(format!(
+            "max tokens must be between 1 and {MAX_TOKENS_LIMIT}"
+        ));
+    }
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    if !request.system.trim().is_empty() {
+        messages.push(Message {
+            role: "system".into(),
+            content: request.system,
+        });
+    }
+    for message in request.messages {
+        if !matches!(message.role.as_str(), "user" | "assistant" | "system") {
+            return Err(format!("unknown message role {:?}", message.role));
+        }
+        messages.push(message);
+    }
+    let mut generate = GenerateRequest::new(Prompt::Messages(messages));
+    generate.sampling = SamplingParams {
+        temperature: request.temperature,
+        seed: request.seed,
+        ..SamplingParams::default()
+    };
+    generate.max_tokens = request.max_tokens;
+    generate.speculation = settings.speculation;
+    Ok(generate)
+}
+
+/// Queues an answer; returns its job id (events carry it).
+#[tauri::command]
+pub fn chat_send(
+    app: AppHandle,
+    engine: State<'_, EngineHandle>,
+    jobs: State<'_, Jobs>,
+    settings: State<'_, SettingsHandle>,
+    request: ChatRequest,
+) -> Result<u64, String> {
+    let worker = engine
+        .worker()
+        .ok_or_else(|| format!("the model is not loaded ({})", engine.status().state))?;
+    let request = build_request(request, &settings.get())?;
+    let job = jobs.next.fetch_add(1, Ordering::SeqCst) + 1;
+    let cancel = CancelToken::default();
+    let observer = Observer {
+        app: app.clone(),
+        job,
+        pairer: Pairer::default(),
+    };
+    let mut events = worker
+        .submit_observed(request, cancel.clone(), Some(Box::new(observer)))
+        .map_err(|error| error.message)?;
+    lock(&jobs.cancels).insert(job, cancel);
+    tauri::async_runtime::spawn(async move {
+        // Text comes through the observer; here only the end matters.
+        let mut last = None;
+        while let Some(event) = events.recv().await {
+            match event {
+                Event::Done(outcome) => {
+                    last = Some(Ok(outcome));
+                    break;
+                }
+                Event::Failed(error) => {
+                    last = Some(Err(error.message));
+                    break;
+                }
+                Event::Started { .. } | Event::Text(_) => {}
+            }
+        }
+        lock(&app.state::<Jobs>().cancels).remove(&job);
+        match last {
+            Some(Ok(outcome)) => {
+                let generation = &outcome.generation;
+                let _ = app.emit(
+                    "chat:done",
+                    serde_json::json!({
+                        "job": job,
+                        "finish_reason": generation.finish_reason,
+                        "text": generation.text,
+                        "stats": generation.stats,
+                    }),
+                );
+            }
+            Some(Err(message)) => {
+                let _ = app.emit(
+                    "chat:error",
+                    serde_json::json!({ "job": job, "error": message }),
+                );
+            }
+            None => {
+                let _ = app.emit(
+                    "chat:error",
+                    serde_json::json!({ "job": job, "error": "the engine stopped" }),
+                );
+            }
+        }
+    });
+    Ok(job)
+}
+
+/// Stops an answer (running or queued); false if it already ended.
+#[tauri::command]
+pub fn chat_stop(jobs: State<'_, Jobs>, job: u64) -> bool {
+    match lock(&jobs.cancels).get(&job) {
+        Some(cancel) => {
+            cancel.cancel();
+            true
+        }
+        None => false,
+    }
+}
+
+/// Cancels every answer (before the model is replaced or the app quits).
+pub fn stop_all(app: &AppHandle) {
+    for cancel in lock(&app.state::<Jobs>().cancels).values() {
+        cancel.cancel();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::Settings;
+
+    fn request(json: serde_json::Value) -> Result<GenerateRequest, String> {
+        let request: ChatRequest = serde_json::from_value(json).unwrap();
+        build_request(request, &Settings::default())
+    }
+
+    #[test]
+    fn the_system_prompt_leads_the_conversation() {
+        let built = request(serde_json::json!({
+            "messages": [{"role": "user", "content": "hi"}],
+            "system": "be brief", "temperature": 0.7, "max_tokens": 12
+        }))
+        .unwrap();
+        let Prompt::Messages(messages) = built.prompt else {
+            panic!("a chat is sent as messages");
+        };
+        assert_eq!(messages[0].role, "system");
+        assert_eq!(messages[1].content, "hi");
+        assert_eq!(built.max_tokens, 12);
+        assert_eq!(built.sampling.temperature, 0.7);
+    }
+
+    #[test]
+    fn bad_requests_are_refused_with_a_reason() {
+        let user = serde_json::json!([{"role": "user", "content": "hi"}]);
+        let cases = [
+            (
+                serde_json::json!({"messages": []}),
+                "the conversation is empty",
+            ),
+            (
+                serde_json::json!({"messages": user, "temperature": 3.0}),
+                "temperature must be between 0 and 2, not 3",
+            ),
+            (
+                serde_json::json!({"messages": user, "max_tokens": 0}),
+                "max tokens must be between 1 and 8192",
+            ),
+            (
+                serde_json::json!({"messages": [{"role": "tool", "content": "x"}]}),
+                "unknown message role \"tool\"",
+            ),
+        ];
+        for (json, reason) in cases {
+            assert_eq!(request(json).unwrap_err(), reason);
+        }
+    }
+}

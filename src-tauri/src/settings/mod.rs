@@ -1,0 +1,201 @@
+//! The user's settings, kept with tauri-plugin-store (`settings.json` in
+//! the app's data folder): the local server (enabled, port, API key), the
+//! default target + drafter, the speculation mode and launch at login.
+//! Saving applies them: the server restarts, the model reloads when the
+//! pair changed, login items follow the switch.
+
+use flashbar_engine::Speculation;
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+use tauri::{AppHandle, Manager, State};
+use tauri_plugin_store::StoreExt;
+
+const STORE_FILE: &str = "settings.json";
+const KEY: &str = "settings";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    pub server_enabled: bool,
+    pub port: u16,
+    /// Empty: no key required.
+    pub api_key: String,
+    /// Target folder; empty: the default pair.
+    pub target: String,
+    /// Drafter folder; empty: none (or the default pair's).
+    pub drafter: String,
+    pub speculation: Speculation,
+    pub launch_at_login: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            server_enabled: false,
+            port: flashbar_server::DEFAULT_PORT,
+            api_key: String::new(),
+            target: String::new(),
+            drafter: String::new(),
+            speculation: Speculation::Auto,
+            launch_at_login: false,
+        }
+    }
+}
+
+impl Settings {
+    /// One-line reason when a setting cannot be used.
+    pub fn check(&self) -> Result<(), String> {
+        if self.port < 1024 {
+            return Err(format!(
+                "port must be between 1024 and 65535, not {}",
+                self.port
+            ));
+        }
+        if self.api_key.chars().any(char::is_whitespace) {
+            return Err("the API key must not contain spaces".into());
+        }
+        if self.target.trim().is_empty() && !self.drafter.trim().is_empty() {
+            return Err("choose a target model for this drafter".into());
+        }
+        Ok(())
+    }
+
+    /// The API key, if one is required.
+    pub fn api_key(&self) -> Option<String> {
+        Some(self.api_key.clone()).filter(|key| !key.is_empty())
+    }
+}
+
+/// The settings in force, shared app state.
+#[derive(Default)]
+pub struct SettingsHandle(Mutex<Settings>);
+
+impl SettingsHandle {
+    pub fn get(&self) -> Settings {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn set(&self, settings: Settings) {
+        self.replace(settings);
+    }
+
+    fn replace(&self, settings: Settings) -> Settings {
+        std::mem::replace(
+            &mut self.0.lock().unwrap_or_else(|p| p.into_inner()),
+            settings,
+        )
+    }
+}
+
+/// Reads the saved settings; unreadable or invalid ones fall back to the
+/// defaults (with a warning) rather than stopping the app.
+pub fn load(app: &AppHandle) -> Settings {
+    let saved = app.store(STORE_FILE).map(|store| store.get(KEY));
+    let settings = match saved {
+        Ok(Some(value)) => serde_json::from_value::<Settings>(value)
+            .map_err(|e| e.to_string())
+            .and_then(|s| s.check().map(|()| s)),
+        Ok(None) => Ok(Settings::default()),
+        Err(error) => Err(error.to_string()),
+    };
+    settings.unwrap_or_else(|error| {
+        eprintln!("flashbar-app: settings ignored ({error}); using the defaults");
+        Settings::default()
+    })
+}
+
+fn save(app: &AppHandle, settings: &Settings) -> Result<(), String> {
+    let store = app.store(STORE_FILE).map_err(|e| e.to_string())?;
+    let value = serde_json::to_value(settings).map_err(|e| e.to_string())?;
+    store.set(KEY, value);
+    store
+        .save()
+        .map_err(|e| format!("cannot save the settings: {e}"))
+}
+
+#[tauri::command]
+pub fn settings_get(settings: State<'_, SettingsHandle>) -> Settings {
+    settings.get()
+}
+
+/// Checks, saves and applies new settings; returns them.
+#[tauri::command]
+pub async fn settings_set(app: AppHandle, settings: Settings) -> Result<Settings, String> {
+    settings.check()?;
+    let pair = crate::engine::pair::resolve(&settings.target, &settings.drafter)?;
+    save(&app, &settings)?;
+    let old = app.state::<SettingsHandle>().replace(settings.clone());
+    if old.launch_at_login != settings.launch_at_login {
+        apply_login_item(&app, settings.launch_at_login)?;
+    }
+    if (old.target.as_str(), old.drafter.as_str())
+        != (settings.target.as_str(), settings.drafter.as_str())
+    {
+        crate::chat::stop_all(&app);
+        crate::server::stop(&app).await;
+        crate::engine::load_in_background(&app, pair, crate::server::apply_later);
+    } else {
+        crate::server::apply(&app).await?;
+    }
+    Ok(settings)
+}
+
+/// Launch at login (opt-in): a login item through the autostart plugin.
+fn apply_login_item(app: &AppHandle, enabled: bool) -> Result<(), String> {
+    use tauri_plugin_autostart::ManagerExt;
+    let launcher = app.autolaunch();
+    let result = if enabled {
+        launcher.enable()
+    } else {
+        launcher.disable()
+    };
+    result.map_err(|e| format!("cannot change launch at login: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saved_settings_round_trip_and_missing_keys_take_defaults() {
+        let settings: Settings =
+            serde_json::from_str(r#"{"port": 9000, "speculation": "off"}"#).unwrap();
+        assert_eq!(settings.port, 9000);
+        assert_eq!(settings.speculation, Speculation::Off);
+        assert!(!settings.server_enabled);
+        let json = serde_json::to_value(&settings).unwrap();
+        assert_eq!(serde_json::from_value::<Settings>(json).unwrap(), settings);
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_one_line() {
+        let cases = [
+            (
+                Settings {
+                    port: 80,
+                    ..Settings::default()
+                },
+                "port must be between 1024 and 65535, not 80",
+            ),
+            (
+                Settings {
+                    api_key: "a b".into(),
+                    ..Settings::default()
+                },
+                "the API key must not contain spaces",
+            ),
+            (
+                Settings {
+                    drafter: "/d".into(),
+                    ..Settings::default()
+                },
+                "choose a target model for this drafter",
+            ),
+        ];
+        for (settings, reason) in cases {
+            assert_eq!(settings.check().unwrap_err(), reason);
+        }
+        assert_eq!(Settings::default().check(), Ok(()));
+        assert_eq!(Settings::default().api_key(), None);
+    }
+}

@@ -1,0 +1,110 @@
+//! The tray / menu-bar icon and its menu: Open chat, Models, Metrics, the
+//! "Local server" switch showing its address, Quit.
+//!
+//! On Linux the tray goes through libayatana-appindicator, loaded at run
+//! time: if the library is missing, tauri panics while building the tray,
+//! so that is contained and the app runs without a tray, window shown.
+
+use super::window::{self, View};
+use crate::server::ServerStatus;
+use tauri::menu::{CheckMenuItem, Menu, MenuItem, PredefinedMenuItem};
+use tauri::tray::{MouseButton, MouseButtonState, TrayIconBuilder, TrayIconEvent};
+use tauri::{AppHandle, Manager, Wry};
+
+/// The menu item that shows the server's state (updated as it changes).
+pub struct ServerItem(CheckMenuItem<Wry>);
+
+/// Whether a tray icon exists (else closing the window quits).
+pub struct HasTray(pub bool);
+
+/// Installs the tray; returns whether it exists.
+pub fn install(app: &AppHandle) -> bool {
+    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| build(app)));
+    let reason = match built {
+        Ok(Ok(())) => return true,
+        Ok(Err(error)) => error.to_string(),
+        Err(_) => "the tray library could not be loaded".to_owned(),
+    };
+    eprintln!("flashbar-app: no tray icon ({reason}); the window stays open");
+    window::show(app, None);
+    false
+}
+
+fn build(app: &AppHandle) -> tauri::Result<()> {
+    let chat = MenuItem::with_id(app, "chat", "Open chat", true, None::<&str>)?;
+    let models = MenuItem::with_id(app, "models", "Models", true, None::<&str>)?;
+    let metrics = MenuItem::with_id(app, "metrics", "Metrics", true, None::<&str>)?;
+    let server = CheckMenuItem::with_id(
+        app,
+        "server",
+        label(&ServerStatus::default()),
+        true,
+        false,
+        None::<&str>,
+    )?;
+    let quit = MenuItem::with_id(app, "quit", "Quit Flashbar", true, None::<&str>)?;
+    let separator = PredefinedMenuItem::separator(app)?;
+    let menu = Menu::with_items(
+        app,
+        &[
+            &chat, &models, &metrics, &separator, &server, &separator, &quit,
+        ],
+    )?;
+    let mut tray = TrayIconBuilder::with_id("flashbar")
+        .tooltip("Flashbar")
+        .menu(&menu)
+        .show_menu_on_left_click(cfg!(not(target_os = "macos")))
+        .on_menu_event(|app, event| match event.id().as_ref() {
+            "chat" => window::show(app, Some(View::Chat)),
+            "models" => window::show(app, Some(View::Models)),
+            "metrics" => window::show(app, Some(View::Metrics)),
+            "server" => {
+                let app = app.clone();
+                tauri::async_runtime::spawn(async move {
+                    if let Err(error) = crate::server::toggle(&app).await {
+                        eprintln!("flashbar-app: local server: {error}");
+                    }
+                });
+            }
+            "quit" => app.exit(0),
+            _ => {}
+        })
+        .on_tray_icon_event(|tray, event| {
+            tauri_plugin_positioner::on_tray_event(tray.app_handle(), &event);
+            // macOS: a left click drops the window down under the icon.
+            if cfg!(target_os = "macos") {
+                if let TrayIconEvent::Click {
+                    button: MouseButton::Left,
+                    button_state: MouseButtonState::Up,
+                    ..
+                } = event
+                {
+                    window::place_under_tray(tray.app_handle());
+                    window::show(tray.app_handle(), None);
+                }
+            }
+        });
+    if let Some(icon) = app.default_window_icon() {
+        tray = tray
+            .icon(icon.clone())
+            .icon_as_template(cfg!(target_os = "macos"));
+    }
+    tray.build(app)?;
+    app.manage(ServerItem(server));
+    Ok(())
+}
+
+fn label(status: &ServerStatus) -> String {
+    match &status.address {
+        Some(address) => format!("Local server: on — {address}"),
+        None => "Local server: off".to_owned(),
+    }
+}
+
+/// Shows the server's state in the menu (no-op without a tray).
+pub fn show_server(app: &AppHandle, status: &ServerStatus) {
+    if let Some(item) = app.try_state::<ServerItem>() {
+        let _ = item.0.set_text(label(status));
+        let _ = item.0.set_checked(status.running);
+    }
+}

@@ -1,0 +1,124 @@
+// End-to-end: the real app binary (debug build) driven through tauri-driver
+// + WebKitWebDriver under Xvfb (see run.sh). Chat streams text from the
+// real engine on the embedded pair; the metrics chart gets points; the
+// local server switch starts an endpoint that answers over HTTP. Every view
+// is saved as a screenshot in $E2E_SCREENSHOTS.
+import { Builder, By, until } from "selenium-webdriver";
+import assert from "node:assert/strict";
+import { writeFile, mkdir } from "node:fs/promises";
+import net from "node:net";
+import path from "node:path";
+import { after, before, test } from "node:test";
+
+const APP = process.env.FLASHBAR_APP;
+const SHOTS = process.env.E2E_SCREENSHOTS ?? "target/e2e-screenshots";
+let driver;
+
+async function shot(name) {
+  await mkdir(SHOTS, { recursive: true });
+  await writeFile(path.join(SHOTS, `${name}.png`), await driver.takeScreenshot(), "base64");
+}
+
+const byTest = (id) => By.css(`[data-testid="${id}"]`);
+
+async function tab(view) {
+  await driver.findElement(byTest(`tab-${view}`)).click();
+  await driver.wait(until.elementLocated(By.css(`main[data-view="${view}"]`)), 5000);
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+before(async () => {
+  assert.ok(APP, "FLASHBAR_APP must name the app binary");
+  driver = await new Builder()
+    .usingServer("http://127.0.0.1:4444/")
+    .withCapabilities({ browserName: "wry", "tauri:options": { application: APP } })
+    .build();
+  // The engine loads in the background; the banner says when it is ready.
+  await driver.wait(until.elementLocated(By.css('[data-testid="engine-status"][data-state="ready"]')), 120_000);
+});
+
+after(async () => {
+  await driver?.quit();
+});
+
+test("chat streams an answer from the engine", async () => {
+  await tab("chat");
+  await shot("chat-empty");
+  const input = await driver.findElement(byTest("chat-input"));
+  await input.sendKeys("def fib(n):");
+  await driver.findElement(byTest("send")).click();
+  const answer = await driver.wait(until.elementLocated(By.css('[data-testid="turn-assistant"]')), 10_000);
+  // Streaming: text shows up before the answer is finished.
+  const body = await answer.findElement(By.css(".body"));
+  await driver.wait(async () => (await body.getText()).trim().length > 0, 60_000, "no streamed text");
+  await driver.wait(until.elementLocated(By.css('[data-testid="turn-assistant"] footer')), 120_000);
+  const footer = await driver.findElement(By.css('[data-testid="turn-assistant"] footer')).getText();
+  assert.match(footer, /^(stop|length) · \d+ tokens/, footer);
+  await shot("chat-answered");
+});
+
+test("the metrics chart has a point per round", async () => {
+  await tab("metrics");
+  const points = Number(await driver.findElement(byTest("accept-chart")).getAttribute("data-points"));
+  assert.ok(points > 0, `accept-chart has ${points} points`);
+  const summary = await driver.findElement(byTest("metrics-summary")).getText();
+  assert.match(summary, new RegExp(`^${points} rounds`), summary);
+  await shot("metrics");
+});
+
+test("the local server switch serves the app's model over HTTP", async () => {
+  await tab("settings");
+  const port = await freePort();
+  const portField = await driver.findElement(byTest("port"));
+  await portField.clear();
+  await portField.sendKeys(String(port), "\t");
+  await driver.wait(async () => (await driver.findElement(byTest("settings-message")).getText()) === "Saved.", 10_000);
+  await driver.findElement(byTest("server-toggle")).click();
+  const status = await driver.wait(
+    until.elementLocated(By.css('[data-testid="server-status"][data-running="true"]')),
+    15_000,
+  );
+  const address = await status.getAttribute("data-address");
+  assert.equal(address, `http://127.0.0.1:${port}`);
+  const response = await fetch(`${address}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ messages: [{ role: "user", content: "hello" }], max_tokens: 8 }),
+  });
+  assert.equal(response.status, 200);
+  const body = await response.json();
+  assert.equal(body.object, "chat.completion");
+  assert.ok(body.usage.completion_tokens > 0, JSON.stringify(body.usage));
+  await shot("settings-server-on");
+  // And off again: the port is released.
+  await driver.findElement(byTest("server-toggle")).click();
+  await driver.wait(until.elementLocated(By.css('[data-testid="server-status"][data-running="false"]')), 15_000);
+  await assert.rejects(fetch(`${address}/health`));
+});
+
+test("the models view shows the pair in use and the doctor's verdict", async () => {
+  await tab("models");
+  const pair = await driver.findElement(byTest("current-pair")).getText();
+  assert.match(pair, /models\/default\/target/);
+  assert.match(pair, /ready/);
+  await driver.findElement(byTest("check-pair")).click();
+  const verdict = await driver.wait(until.elementLocated(By.css('[data-testid="verdict"][data-ok="true"]')), 30_000);
+  assert.match(await verdict.getText(), /drafter: \d+ layers, block \d+/);
+  // A drafter alone is not a target: the doctor says why.
+  const drafter = pair.match(/(\S+models\/default\/drafter)/)[1];
+  await driver.findElement(byTest("target-path")).sendKeys(drafter);
+  await driver.findElement(byTest("check-pair")).click();
+  await driver.wait(until.elementLocated(By.css('[data-testid="verdict"][data-ok="false"]')), 30_000);
+  assert.equal(await driver.findElement(byTest("use-pair")).isEnabled(), false);
+  await shot("models");
+});

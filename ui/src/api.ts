@@ -1,0 +1,129 @@
+// The one place the UI talks to the app shell (src-tauri): typed commands
+// and events. Views import from here, never from @tauri-apps/api directly.
+import { invoke } from "@tauri-apps/api/core";
+import { listen, type UnlistenFn } from "@tauri-apps/api/event";
+
+export type Speculation = "auto" | "dflash" | "off";
+
+export interface Message {
+  role: "user" | "assistant" | "system";
+  content: string;
+}
+
+export interface EngineStatus {
+  state: "idle" | "loading" | "ready" | "failed";
+  target: string;
+  drafter: string | null;
+  model_id: string;
+  elapsed_ms: number;
+  error: string | null;
+}
+
+export interface ChatRequest {
+  messages: Message[];
+  system: string;
+  temperature: number;
+  max_tokens: number;
+  seed: number;
+}
+
+/** Text released after a token; `from_draft` when a draft proposed it. */
+export interface TokenEvent {
+  job: number;
+  id: number | null;
+  from_draft: boolean;
+  text: string;
+}
+
+/** One decoding round (the engine's RoundStats). */
+export interface RoundEvent {
+  job: number;
+  mode: "ar" | "dflash";
+  block_size: number;
+  accepted: number;
+  committed: number;
+  draft_ms: number;
+  verify_ms: number;
+  rollback_ms: number;
+  speedup: number | null;
+  gate: string | null;
+  thermal: string;
+  tokens_per_second: number;
+}
+
+export interface Totals {
+  completion_tokens: number;
+  accepted_tokens: number;
+  rounds: number;
+  mean_accept_len: number;
+  tokens_per_second: number;
+}
+
+export interface DoneEvent {
+  job: number;
+  finish_reason: "stop" | "length" | "cancelled";
+  text: string;
+  stats: Totals;
+}
+
+export interface ErrorEvent {
+  job: number;
+  error: string;
+}
+
+export interface Settings {
+  server_enabled: boolean;
+  port: number;
+  api_key: string;
+  target: string;
+  drafter: string;
+  speculation: Speculation;
+  launch_at_login: boolean;
+}
+
+export interface ServerStatus {
+  running: boolean;
+  address: string | null;
+  error: string | null;
+}
+
+export interface Verdict {
+  target: string;
+  drafter: string | null;
+  ok: boolean;
+  findings: { check: string; ok: boolean; detail: string }[];
+}
+
+export type View = "chat" | "models" | "metrics" | "settings";
+
+export const api = {
+  engineStatus: () => invoke<EngineStatus>("engine_status"),
+  chatSend: (request: ChatRequest) => invoke<number>("chat_send", { request }),
+  chatStop: (job: number) => invoke<boolean>("chat_stop", { job }),
+  settingsGet: () => invoke<Settings>("settings_get"),
+  settingsSet: (settings: Settings) => invoke<Settings>("settings_set", { settings }),
+  serverStatus: () => invoke<ServerStatus>("server_status"),
+  uiReady: () => invoke<void>("ui_ready"),
+  modelsCheck: (target: string, drafter: string) => invoke<Verdict>("models_check", { target, drafter }),
+};
+
+function on<T>(name: string) {
+  return (handler: (payload: T) => void): Promise<UnlistenFn> =>
+    listen<T>(name, (event) => handler(event.payload));
+}
+
+export const events = {
+  engineStatus: on<EngineStatus>("engine:status"),
+  token: on<TokenEvent>("chat:token"),
+  round: on<RoundEvent>("chat:round"),
+  done: on<DoneEvent>("chat:done"),
+  error: on<ErrorEvent>("chat:error"),
+  serverStatus: on<ServerStatus>("server:status"),
+  settingsChanged: on<Settings>("settings:changed"),
+  navigate: on<View>("navigate"),
+};
+
+/** A command's error as one line of text. */
+export function errorText(error: unknown): string {
+  return typeof error === "string" ? error : error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,48 @@
+import { describe, expect, it } from "vitest";
+import { dropLastAnswer, loadAll, messagesOf, newConversation, remove, save, titleFrom, type StoragePort } from "./history";
+
+function memory(): StoragePort & { data: Map<string, string> } {
+  const data = new Map<string, string>();
+  return { data, getItem: (k) => data.get(k) ?? null, setItem: (k, v) => void data.set(k, v) };
+}
+
+describe("conversation history", () => {
+  it("saves, restores newest first, and deletes", () => {
+    const storage = memory();
+    const older = newConversation(1000);
+    older.turns.push({ role: "user", segments: [{ text: "first", fromDraft: false }] });
+    const newer = newConversation(2000);
+    newer.turns.push({ role: "user", segments: [{ text: "second", fromDraft: false }] });
+    save(storage, older);
+    save(storage, newer);
+    expect(loadAll(storage).map((c) => c.id)).toEqual([newer.id, older.id]);
+    expect(remove(storage, newer.id).map((c) => c.id)).toEqual([older.id]);
+  });
+
+  it("does not keep empty conversations and survives garbage", () => {
+    const storage = memory();
+    save(storage, newConversation());
+    expect(loadAll(storage)).toEqual([]);
+    storage.setItem("flashbar.conversations", "{not json");
+    expect(loadAll(storage)).toEqual([]);
+  });
+
+  it("sends turns as messages, skipping failed answers, and regenerates the last answer", () => {
+    const c = newConversation();
+    c.turns.push({ role: "user", segments: [{ text: "hi", fromDraft: false }] });
+    c.turns.push({ role: "assistant", segments: [], finish: "error: the model is not loaded" });
+    expect(messagesOf(c)).toEqual([{ role: "user", content: "hi" }]);
+    c.turns.push({ role: "user", segments: [{ text: "again", fromDraft: false }] });
+    c.turns.push({ role: "assistant", segments: [{ text: "a", fromDraft: true }, { text: "b", fromDraft: false }] });
+    expect(messagesOf(c).at(-1)).toEqual({ role: "assistant", content: "ab" });
+    expect(dropLastAnswer(c)).toBe(true);
+    expect(c.turns.at(-1)?.role).toBe("user");
+    expect(dropLastAnswer(c)).toBe(false);
+  });
+
+  it("titles a conversation by its first line", () => {
+    expect(titleFrom("  def fib(n):\n  pass")).toBe("def fib(n):");
+    expect(titleFrom("x".repeat(60))).toHaveLength(40);
+    expect(titleFrom("   ")).toBe("New chat");
+  });
+});

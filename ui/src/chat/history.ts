@@ -1,0 +1,92 @@
+// Conversations, kept in the webview's localStorage (under the app's data
+// folder), so the history survives restarts. Pure data + a storage port, so
+// it is tested without a window.
+import type { Segment } from "./markdown";
+
+export interface Turn {
+  role: "user" | "assistant";
+  /** The answer's pieces (user turns: one piece). */
+  segments: Segment[];
+  /** Set on answers: why they ended, or the error. */
+  finish?: string;
+}
+
+export interface Conversation {
+  id: string;
+  title: string;
+  system: string;
+  temperature: number;
+  turns: Turn[];
+  updated: number;
+}
+
+const KEY = "flashbar.conversations";
+const MAX_CONVERSATIONS = 50;
+
+export interface StoragePort {
+  getItem(key: string): string | null;
+  setItem(key: string, value: string): void;
+}
+
+export function turnText(turn: Turn): string {
+  return turn.segments.map((s) => s.text).join("");
+}
+
+export function newConversation(now = Date.now()): Conversation {
+  return {
+    id: `c${now.toString(36)}${Math.random().toString(36).slice(2, 6)}`,
+    title: "New chat",
+    system: "",
+    temperature: 0.7,
+    turns: [],
+    updated: now,
+  };
+}
+
+/** Saved conversations, newest first; unreadable data gives none. */
+export function loadAll(storage: StoragePort): Conversation[] {
+  try {
+    const parsed: unknown = JSON.parse(storage.getItem(KEY) ?? "[]");
+    return Array.isArray(parsed) ? (parsed as Conversation[]).filter((c) => c && Array.isArray(c.turns)) : [];
+  } catch {
+    return [];
+  }
+}
+
+/** Saves `conversation` (replacing its older copy), keeping the newest. */
+export function save(storage: StoragePort, conversation: Conversation): Conversation[] {
+  const others = loadAll(storage).filter((c) => c.id !== conversation.id);
+  const all = [conversation, ...others]
+    .filter((c) => c.turns.length > 0)
+    .sort((a, b) => b.updated - a.updated)
+    .slice(0, MAX_CONVERSATIONS);
+  storage.setItem(KEY, JSON.stringify(all));
+  return all;
+}
+
+export function remove(storage: StoragePort, id: string): Conversation[] {
+  const all = loadAll(storage).filter((c) => c.id !== id);
+  storage.setItem(KEY, JSON.stringify(all));
+  return all;
+}
+
+/** The messages the model is sent for the conversation's turns. */
+export function messagesOf(conversation: Conversation): { role: "user" | "assistant"; content: string }[] {
+  return conversation.turns
+    .filter((t) => !(t.role === "assistant" && t.finish?.startsWith("error")))
+    .map((t) => ({ role: t.role, content: turnText(t) }));
+}
+
+/** Drops the last answer so it can be asked again; false if there is none. */
+export function dropLastAnswer(conversation: Conversation): boolean {
+  const last = conversation.turns.at(-1);
+  if (!last || last.role !== "assistant") return false;
+  conversation.turns.pop();
+  return true;
+}
+
+/** A title from the first question. */
+export function titleFrom(text: string): string {
+  const line = text.trim().split("\n")[0] ?? "";
+  return line.length > 40 ? `${line.slice(0, 39)}…` : line || "New chat";
+}

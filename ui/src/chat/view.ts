@@ -1,0 +1,219 @@
+// The chat view: conversation history, system prompt and temperature, a
+// streaming answer (markdown, highlighted code, drafted text coloured),
+// stop and regenerate.
+import { api, errorText, type DoneEvent, type ErrorEvent, type TokenEvent } from "../api";
+import { el } from "../dom";
+import {
+  dropLastAnswer,
+  loadAll,
+  messagesOf,
+  newConversation,
+  remove,
+  save,
+  titleFrom,
+  turnText,
+  type Conversation,
+  type Turn,
+} from "./history";
+import { renderAnswer } from "./markdown";
+
+type JobEvent = { kind: "token"; e: TokenEvent } | { kind: "done"; e: DoneEvent } | { kind: "error"; e: ErrorEvent };
+
+export class ChatView {
+  readonly root = el("section", { class: "chat", "data-testid": "chat" });
+  private conversation: Conversation;
+  private list = el("div", { class: "turns", "data-testid": "turns" });
+  private input = el("textarea", { rows: "2", placeholder: "Ask anything…", "data-testid": "chat-input" });
+  private send = el("button", { class: "primary", "data-testid": "send", text: "Send" });
+  private regenerate = el("button", { "data-testid": "regenerate", text: "Regenerate" });
+  private picker = el("select", { "data-testid": "history", "aria-label": "Conversations" });
+  private system = el("textarea", { rows: "2", placeholder: "System prompt (optional)", "data-testid": "system" });
+  private temperature = el("input", { type: "range", min: "0", max: "2", step: "0.1", "data-testid": "temperature" });
+  private temperatureLabel = el("span");
+  private job: number | null = null;
+  /** Events that came before `chat_send` answered with the job id. */
+  private early: JobEvent[] = [];
+  private sending = false;
+  private answerNode: HTMLElement | null = null;
+  private renderQueued = false;
+
+  constructor(private storage: Storage = localStorage) {
+    this.conversation = loadAll(storage)[0] ?? newConversation();
+    const newChat = el("button", { "data-testid": "new-chat", text: "New chat" });
+    const deleteChat = el("button", { title: "Delete this conversation", text: "Delete" });
+    newChat.addEventListener("click", () => this.open(newConversation()));
+    deleteChat.addEventListener("click", () => {
+      remove(this.storage, this.conversation.id);
+      this.open(loadAll(this.storage)[0] ?? newConversation());
+    });
+    this.picker.addEventListener("change", () => {
+      const found = loadAll(this.storage).find((c) => c.id === this.picker.value);
+      if (found) this.open(found);
+    });
+    const options = el(
+      "details",
+      { class: "options" },
+      el("summary", { text: "System prompt & temperature" }),
+      this.system,
+      el("label", {}, "Temperature ", this.temperature, " ", this.temperatureLabel),
+    );
+    this.system.addEventListener("change", () => {
+      this.conversation.system = this.system.value;
+      this.persist();
+    });
+    this.temperature.addEventListener("input", () => {
+      this.conversation.temperature = Number(this.temperature.value);
+      this.temperatureLabel.textContent = this.temperature.value;
+      this.persist();
+    });
+    this.send.addEventListener("click", () => (this.job === null && !this.sending ? this.ask() : this.stop()));
+    this.regenerate.addEventListener("click", () => this.redo());
+    this.input.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey) {
+        event.preventDefault();
+        if (this.job === null && !this.sending) void this.ask();
+      }
+    });
+    const bar = el("div", { class: "bar" }, this.picker, newChat, deleteChat);
+    const composer = el("div", { class: "composer" }, this.input, el("div", { class: "actions" }, this.regenerate, this.send));
+    this.root.append(bar, options, this.list, composer);
+    this.open(this.conversation);
+  }
+
+  /** Routes a streamed event to the answer being written. */
+  handle(event: JobEvent): void {
+    if (this.sending && this.job === null) {
+      this.early.push(event);
+      return;
+    }
+    if (event.e.job !== this.job) return;
+    const answer = this.conversation.turns.at(-1);
+    if (!answer || answer.role !== "assistant") return;
+    if (event.kind === "token") {
+      if (!event.e.text) return;
+      const last = answer.segments.at(-1);
+      if (last && last.fromDraft === event.e.from_draft) last.text += event.e.text;
+      else answer.segments.push({ text: event.e.text, fromDraft: event.e.from_draft });
+      this.queueRender();
+      return;
+    }
+    if (event.kind === "done") {
+      const s = event.e.stats;
+      const drafted = s.completion_tokens ? Math.round((100 * s.accepted_tokens) / s.completion_tokens) : 0;
+      answer.finish = `${event.e.finish_reason} · ${s.completion_tokens} tokens · ${s.tokens_per_second.toFixed(1)} tok/s · ${drafted}% from drafts`;
+    } else {
+      answer.finish = `error: ${event.e.error}`;
+    }
+    this.job = null;
+    this.persist();
+    this.renderTurns();
+    this.setBusy(false);
+  }
+
+  private async ask(): Promise<void> {
+    const text = this.input.value.trim();
+    if (!text) return;
+    this.input.value = "";
+    if (this.conversation.turns.length === 0) this.conversation.title = titleFrom(text);
+    this.conversation.turns.push({ role: "user", segments: [{ text, fromDraft: false }] });
+    await this.start();
+  }
+
+  private async redo(): Promise<void> {
+    if (this.job !== null || this.sending) return;
+    if (!dropLastAnswer(this.conversation) || this.conversation.turns.length === 0) return;
+    await this.start();
+  }
+
+  private async start(): Promise<void> {
+    const messages = messagesOf(this.conversation);
+    this.conversation.turns.push({ role: "assistant", segments: [] });
+    this.renderTurns();
+    this.setBusy(true);
+    this.sending = true;
+    this.early = [];
+    try {
+      this.job = await api.chatSend({
+        messages,
+        system: this.conversation.system,
+        temperature: this.conversation.temperature,
+        max_tokens: 256,
+        seed: Math.floor(Math.random() * 2 ** 31),
+      });
+      this.sending = false;
+      const early = this.early;
+      this.early = [];
+      for (const event of early) this.handle(event);
+    } catch (error) {
+      this.sending = false;
+      const answer = this.conversation.turns.at(-1) as Turn;
+      answer.finish = `error: ${errorText(error)}`;
+      this.renderTurns();
+      this.setBusy(false);
+    }
+    this.persist();
+  }
+
+  private stop(): void {
+    if (this.job !== null) void api.chatStop(this.job);
+  }
+
+  private open(conversation: Conversation): void {
+    this.conversation = conversation;
+    this.job = null;
+    this.system.value = conversation.system;
+    this.temperature.value = String(conversation.temperature);
+    this.temperatureLabel.textContent = String(conversation.temperature);
+    this.refreshPicker();
+    this.renderTurns();
+    this.setBusy(false);
+  }
+
+  private persist(): void {
+    this.conversation.updated = Date.now();
+    save(this.storage, this.conversation);
+    this.refreshPicker();
+  }
+
+  private refreshPicker(): void {
+    const all = loadAll(this.storage);
+    if (!all.some((c) => c.id === this.conversation.id)) all.unshift(this.conversation);
+    this.picker.replaceChildren(...all.map((c) => el("option", { value: c.id, text: c.title })));
+    this.picker.value = this.conversation.id;
+  }
+
+  private setBusy(busy: boolean): void {
+    this.send.textContent = busy ? "Stop" : "Send";
+    this.send.classList.toggle("stop", busy);
+    this.send.dataset.testid = busy ? "stop" : "send";
+    this.regenerate.disabled = busy || this.conversation.turns.at(-1)?.role !== "assistant";
+  }
+
+  private queueRender(): void {
+    if (this.renderQueued) return;
+    this.renderQueued = true;
+    requestAnimationFrame(() => {
+      this.renderQueued = false;
+      const answer = this.conversation.turns.at(-1);
+      if (this.answerNode && answer) renderAnswer(this.answerNode, answer.segments);
+      this.list.scrollTop = this.list.scrollHeight;
+    });
+  }
+
+  private renderTurns(): void {
+    this.list.replaceChildren();
+    if (this.conversation.turns.length === 0) {
+      this.list.append(el("p", { class: "empty", text: "Ask something to start. Text from accepted drafts is tinted." }));
+    }
+    for (const turn of this.conversation.turns) {
+      const body = el("div", { class: "body" });
+      if (turn.role === "user") body.textContent = turnText(turn);
+      else renderAnswer(body, turn.segments);
+      const node = el("article", { class: `turn ${turn.role}`, "data-testid": `turn-${turn.role}` }, body);
+      if (turn.finish) node.append(el("footer", { class: turn.finish.startsWith("error") ? "error" : "", text: turn.finish }));
+      this.list.append(node);
+      this.answerNode = body;
+    }
+    this.list.scrollTop = this.list.scrollHeight;
+  }
+}

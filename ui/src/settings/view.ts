@@ -1,0 +1,90 @@
+// Settings: the local server (switch, port, API key, its address and
+// state), the speculation mode, launch at login. Every change is saved and
+// applied by the app shell at once; refused values show the reason.
+import { api, errorText, type ServerStatus, type Settings } from "../api";
+import { el } from "../dom";
+
+export class SettingsView {
+  readonly root = el("section", { class: "settings", "data-testid": "settings" });
+  private settings: Settings | null = null;
+  private server = el("input", { type: "checkbox", "data-testid": "server-toggle" });
+  private port = el("input", { type: "number", min: "1024", max: "65535", "data-testid": "port" });
+  private key = el("input", { type: "password", placeholder: "none", autocomplete: "off", "data-testid": "api-key" });
+  private speculation = el("select", { "data-testid": "speculation" });
+  private login = el("input", { type: "checkbox", "data-testid": "launch-at-login" });
+  private status = el("p", { class: "server-status", "data-testid": "server-status" });
+  private message = el("p", { class: "message", role: "status", "data-testid": "settings-message" });
+
+  constructor() {
+    for (const [value, label] of [
+      ["auto", "Auto — DFlash when it pays (speedup gate)"],
+      ["dflash", "Always DFlash"],
+      ["off", "Off — plain decoding"],
+    ]) {
+      this.speculation.append(el("option", { value, text: label }));
+    }
+    this.root.append(
+      el("h2", { text: "Local server" }),
+      el("p", { class: "hint", text: "An OpenAI-compatible endpoint on this machine, sharing the chat's model." }),
+      el("label", { class: "switch" }, this.server, " Serve the model over HTTP"),
+      el("label", {}, "Port ", this.port),
+      el("label", {}, "API key ", this.key),
+      this.status,
+      el("h2", { text: "Generation" }),
+      el("label", {}, "Speculation ", this.speculation),
+      el("h2", { text: "System" }),
+      el("label", { class: "switch" }, this.login, " Launch at login"),
+      this.message,
+    );
+    this.server.addEventListener("change", () => this.apply());
+    this.speculation.addEventListener("change", () => this.apply());
+    this.login.addEventListener("change", () => this.apply());
+    this.port.addEventListener("change", () => this.apply());
+    this.key.addEventListener("change", () => this.apply());
+  }
+
+  show(settings: Settings): void {
+    this.settings = settings;
+    this.server.checked = settings.server_enabled;
+    this.port.value = String(settings.port);
+    this.key.value = settings.api_key;
+    this.speculation.value = settings.speculation;
+    this.login.checked = settings.launch_at_login;
+  }
+
+  showServer(status: ServerStatus): void {
+    this.status.textContent = status.running
+      ? `Running at ${status.address}`
+      : status.error
+        ? `Not running: ${status.error}`
+        : "Off";
+    this.status.dataset.running = String(status.running);
+    this.status.dataset.address = status.address ?? "";
+  }
+
+  private async apply(): Promise<void> {
+    if (!this.settings) return;
+    const port = Number(this.port.value);
+    if (!Number.isInteger(port) || port < 1024 || port > 65535) {
+      this.message.textContent = `port must be between 1024 and 65535, not ${this.port.value || "empty"}`;
+      return;
+    }
+    const wanted: Settings = {
+      ...this.settings,
+      server_enabled: this.server.checked,
+      port,
+      api_key: this.key.value.trim(),
+      speculation: this.speculation.value as Settings["speculation"],
+      launch_at_login: this.login.checked,
+    };
+    this.message.textContent = "Applying…";
+    try {
+      this.show(await api.settingsSet(wanted));
+      this.message.textContent = "Saved.";
+    } catch (error) {
+      this.message.textContent = errorText(error);
+      this.show(this.settings);
+    }
+    this.showServer(await api.serverStatus());
+  }
+}
