@@ -33,6 +33,8 @@ pub enum HubError {
     },
     #[error("{file}: {detail}")]
     SizeMismatch { file: String, detail: String },
+    #[error("{file} is being downloaded by another process (lock {})", lock.display())]
+    Busy { file: String, lock: PathBuf },
     #[error("download cancelled (partial files are kept; pull again to resume)")]
     Cancelled,
     /// A fault worth retrying: connection lost, timeout, 5xx, 429.

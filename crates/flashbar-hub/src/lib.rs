@@ -33,6 +33,7 @@ pub mod disk;
 pub mod doctor;
 mod download;
 pub mod error;
+mod lock;
 pub mod memory;
 pub mod progress;
 mod pull;

@@ -35,10 +35,11 @@ pub fn budget() -> MemoryBudget {
             },
             None => unknown("MLX did not report the Metal working-set limit"),
         },
-        Backend::Cuda => match gpu_info_size(&[c"total_memory", c"memory_size"]) {
+        // Keys of MLX's CUDA device info (present in libmlx 0.32.2's CUDA build).
+        Backend::Cuda => match gpu_info_size(&[c"free_memory", c"total_memory"]) {
             Some(bytes) => MemoryBudget {
                 bytes: Some(bytes),
-                source: "CUDA device memory".into(),
+                source: "free CUDA device memory".into(),
             },
             None => system_available("MLX reports no CUDA memory size; "),
         },

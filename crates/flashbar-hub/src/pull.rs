@@ -5,6 +5,7 @@ use crate::config::HubConfig;
 use crate::disk;
 use crate::download::Fetch;
 use crate::error::HubError;
+use crate::lock;
 use crate::progress::{EventSink, PullEvent, Tracker};
 use crate::remote::{Remote, RemoteFile, RemoteRepo};
 use crate::retry::{backoff, pause};
@@ -135,8 +136,13 @@ pub async fn pull(
     for file in &plan.files {
         let blob = layout.blob(&file.etag);
         if !layout.is_complete(file).await {
-            let url = remote.file_url(&plan.repo, &plan.commit, &file.path);
-            fetch_with_retries(config, &remote, &url, file, &blob, cancel, &mut tracker).await?;
+            let _lock = lock::try_lock(&layout.lock_path(&file.etag), &file.path)?;
+            // Another process may have finished it while we waited for nothing.
+            if !layout.is_complete(file).await {
+                let url = remote.file_url(&plan.repo, &plan.commit, &file.path);
+                fetch_with_retries(config, &remote, &url, file, &blob, cancel, &mut tracker)
+                    .await?;
+            }
         }
         layout
             .link(&plan.commit, file)

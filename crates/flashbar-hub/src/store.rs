@@ -125,6 +125,10 @@ impl Store {
             )));
         };
         std::fs::remove_dir_all(&found.path).map_err(HubError::io(&found.path))?;
+        if let Some(folder) = found.path.file_name() {
+            // Its lock files are empty; a failure to remove them is harmless.
+            let _ = std::fs::remove_dir_all(self.root.join(".locks").join(folder));
+        }
         Ok(found.size_bytes)
     }
 
@@ -176,6 +180,13 @@ pub(crate) struct RepoLayout {
 impl RepoLayout {
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The cross-process lock file of a blob (`<store>/.locks/<folder>/`).
+    pub fn lock_path(&self, etag: &str) -> PathBuf {
+        let store_root = self.root.parent().unwrap_or(Path::new("."));
+        let folder = self.root.file_name().unwrap_or_default().to_string_lossy();
+        crate::lock::lock_path(store_root, &folder, etag)
     }
 
     fn cache_repo(&self, revision: &str) -> hf_hub::CacheRepo {

@@ -538,3 +538,64 @@ async fn the_token_goes_to_a_mirror_only_when_asked_and_never_across_a_redirect(
         assert_eq!(seen.authorization.as_deref(), expected, "{seen:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_pull_of_the_same_file_is_refused_while_the_first_runs() {
+    let hub = start_hub().await;
+    let store = tempfile::tempdir().unwrap();
+    hub.set_faults(Faults {
+        chunk_delay: Some(Duration::from_millis(400)),
+        ..Faults::default()
+    });
+    let request = PullRequest {
+        files: vec![WEIGHTS.to_owned()],
+        ..PullRequest::new(REPO)
+    };
+    let first_cancel = CancelToken::new();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let started_tx = Mutex::new(Some(started_tx));
+    let first = {
+        let config = config(&hub, store.path(), 0);
+        let request = request.clone();
+        let cancel = first_cancel.clone();
+        tokio::spawn(async move {
+            let on_event = move |e: &PullEvent| {
+                if matches!(e, PullEvent::Progress(_)) {
+                    if let Some(tx) = started_tx.lock().unwrap().take() {
+                        let _ = tx.send(());
+                    }
+                }
+            };
+            pull(&config, &request, &on_event, &cancel).await
+        })
+    };
+    started_rx.await.unwrap();
+    let error = pull(
+        &config(&hub, store.path(), 0),
+        &request,
+        &|_| {},
+        &CancelToken::new(),
+    )
+    .await
+    .unwrap_err();
+    match &error {
+        HubError::Busy { file, lock } => {
+            assert_eq!(file, WEIGHTS);
+            assert!(lock.starts_with(store.path().join(".locks")), "{lock:?}");
+        }
+        other => panic!("expected Busy, got {other}"),
+    }
+    first_cancel.cancel();
+    assert!(matches!(first.await.unwrap(), Err(HubError::Cancelled)));
+    // Once the first lets go, the file can be fetched.
+    hub.set_faults(Faults::default());
+    let pulled = pull(
+        &config(&hub, store.path(), 0),
+        &request,
+        &|_| {},
+        &CancelToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(sha256_file(&pulled.snapshot.join(WEIGHTS)), weights_sha());
+}
