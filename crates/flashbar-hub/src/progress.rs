@@ -26,7 +26,7 @@ pub enum PullEvent {
         resumed_from: u64,
     },
     Progress(PullProgress),
-    /// A fault; the file is tried again after `wait_ms`.
+    /// A fault; the file (empty: the repo listing) is tried again after `wait_ms`.
     Retrying {
         file: String,
         attempt: u32,

@@ -283,6 +283,20 @@ pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
 mod tests {
     use super::*;
 
+    fn assert_send<T: Send>(_: &T) {}
+
+    #[test]
+    fn the_pull_future_can_be_spawned() {
+        // A GUI spawns pulls on a multi-threaded runtime: the future must be Send.
+        let config = HubConfig::from_env();
+        let request = PullRequest::new("a/b");
+        let cancel = CancelToken::new();
+        let future = pull(&config, &request, &|_| {}, &cancel);
+        assert_send(&future);
+        let planned = plan(&config, &request);
+        assert_send(&planned);
+    }
+
     #[test]
     fn globs() {
         assert!(glob_match(
