@@ -599,3 +599,62 @@ async fn a_second_pull_of_the_same_file_is_refused_while_the_first_runs() {
     .unwrap();
     assert_eq!(sha256_file(&pulled.snapshot.join(WEIGHTS)), weights_sha());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_are_retried_with_growing_backoff() {
+    let hub = start_hub().await;
+    let store = tempfile::tempdir().unwrap();
+    hub.set_faults(Faults {
+        unavailable_left: 3,
+        ..Faults::default()
+    });
+    let request = PullRequest {
+        files: vec![WEIGHTS.to_owned()],
+        ..PullRequest::new(REPO)
+    };
+    let events = Events::default();
+    let sink = events.sink();
+    let pulled = pull(
+        &config(&hub, store.path(), 3),
+        &request,
+        &sink,
+        &CancelToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(sha256_file(&pulled.snapshot.join(WEIGHTS)), weights_sha());
+    let waits: Vec<(u32, u64)> = events
+        .all()
+        .iter()
+        .filter_map(|e| match e {
+            PullEvent::Retrying {
+                attempt,
+                wait_ms,
+                reason,
+                ..
+            } => {
+                assert!(reason.contains("503"), "{reason}");
+                Some((*attempt, *wait_ms))
+            }
+            _ => None,
+        })
+        .collect();
+    // base 5 ms, doubling, capped at 20 ms (see `config`).
+    assert_eq!(waits, vec![(1, 5), (2, 10), (3, 20)]);
+
+    // One more failure than retries: the pull gives up with the reason.
+    let store = tempfile::tempdir().unwrap();
+    hub.set_faults(Faults {
+        unavailable_left: 2,
+        ..Faults::default()
+    });
+    let error = pull(
+        &config(&hub, store.path(), 1),
+        &request,
+        &|_| {},
+        &CancelToken::new(),
+    )
+    .await
+    .unwrap_err();
+    assert!(error.to_string().contains("503"), "{error}");
+}

@@ -62,6 +62,8 @@ pub struct Faults {
     pub chunk_delay: Option<Duration>,
     /// Send LFS bodies from `http://localhost:{port}/cdn/...` (another origin).
     pub redirect_lfs: bool,
+    /// Answer this many body GETs with 503 Service Unavailable.
+    pub unavailable_left: usize,
 }
 
 /// What the server saw.
@@ -267,6 +269,18 @@ fn body_response(
     let len = file.bytes.len() as u64;
     let is_get = method == Method::GET;
     let mut faults = shared.faults.lock().unwrap();
+    if is_get && faults.unavailable_left > 0 {
+        faults.unavailable_left -= 1;
+        drop(faults);
+        record(
+            shared,
+            method,
+            path,
+            headers,
+            StatusCode::SERVICE_UNAVAILABLE,
+        );
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
     let start = headers
         .get(header::RANGE)
         .and_then(|v| v.to_str().ok())
