@@ -64,6 +64,14 @@ pub fn run(args: PullArgs) -> anyhow::Result<()> {
         printer.finish_line();
         pulled.push(result.with_context(|| format!("pull {}", request.repo))?);
     }
+    if let [target, drafter] = pulled.as_slice() {
+        // A pair was pulled: say now, not at load time, if it cannot run here.
+        let report = flashbar_hub::doctor::diagnose(&target.snapshot, Some(&drafter.snapshot));
+        match report.first_failure() {
+            None => eprintln!("doctor: the pair is usable here"),
+            Some(failure) => eprintln!("doctor: {failure} (see flashbar doctor)"),
+        }
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&pulled)?);
     } else {

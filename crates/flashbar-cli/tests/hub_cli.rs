@@ -139,3 +139,61 @@ fn catalogue_ids_as_model_names() {
     ));
     assert!(stderr.contains("not an http(s) URL"), "{stderr}");
 }
+
+#[test]
+fn pulling_a_catalogue_pair_then_using_it_by_id() {
+    // The fake hub serves the embedded pair under the 9B entry's repo ids.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let hub = runtime.block_on(FakeHub::start(HashMap::from([
+        (
+            "mlx-community/Qwen3.5-9B-4bit".to_owned(),
+            repo_from_dir(&models().join("target"), COMMIT),
+        ),
+        (
+            "z-lab/Qwen3.5-9B-DFlash".to_owned(),
+            repo_from_dir(&models().join("drafter"), COMMIT),
+        ),
+    ])));
+    let home = tempfile::tempdir().unwrap();
+    let output = flashbar(
+        &["pull", "qwen3.5-9b-4bit", "--endpoint", &hub.url],
+        home.path(),
+    );
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("mlx-community/Qwen3.5-9B-4bit")
+            && stdout.contains("z-lab/Qwen3.5-9B-DFlash"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("doctor: the pair is usable here"),
+        "{stderr}"
+    );
+    // The pair id now names the downloaded target, and brings its drafter.
+    let output = flashbar(
+        &["doctor", "--model", "qwen3.5-9b-4bit", "--json"],
+        home.path(),
+    );
+    assert!(output.status.success(), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let drafter = report["drafter"].as_str().unwrap();
+    assert!(
+        drafter.contains("models--z-lab--Qwen3.5-9B-DFlash"),
+        "{drafter}"
+    );
+    let names: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"drafter") && names.contains(&"memory"),
+        "{names:?}"
+    );
+    let output = flashbar(&["models"], home.path());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("downloaded"), "{stdout}");
+}
