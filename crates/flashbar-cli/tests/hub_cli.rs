@@ -197,3 +197,39 @@ fn pulling_a_catalogue_pair_then_using_it_by_id() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("downloaded"), "{stdout}");
 }
+
+#[test]
+fn hf_endpoint_and_hf_token_from_the_environment() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let hub = runtime.block_on(FakeHub::start(HashMap::from([(
+        "tiny/drafter".to_owned(),
+        repo_from_dir(&models().join("drafter"), COMMIT),
+    )])));
+    let home = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["pull", "tiny/drafter"];
+        args.extend_from_slice(extra);
+        Command::new(env!("CARGO_BIN_EXE_flashbar"))
+            .args(&args)
+            .env("HF_HUB_CACHE", home.path())
+            .env("HF_ENDPOINT", &hub.url)
+            .env("HF_TOKEN", "hf_user_secret")
+            .output()
+            .unwrap()
+    };
+    let output = run(&[]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(!hub.seen().is_empty());
+    assert!(
+        hub.seen().iter().all(|s| s.authorization.is_none()),
+        "the token went to a mirror: {:?}",
+        hub.seen()
+    );
+    hub.clear_seen();
+    let output = run(&["--send-token-to-mirror"]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(hub
+        .seen()
+        .iter()
+        .all(|s| s.authorization.as_deref() == Some("Bearer hf_user_secret")));
+}

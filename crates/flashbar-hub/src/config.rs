@@ -127,3 +127,37 @@ pub(crate) fn default_store_root() -> PathBuf {
         None => hf_home().join("hub"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(endpoint: &str, to_mirror: bool) -> HubConfig {
+        HubConfig {
+            token: Some("hf_x".into()),
+            send_token_to_mirror: to_mirror,
+            ..HubConfig::from_env().with_endpoint(endpoint)
+        }
+    }
+
+    #[test]
+    fn the_token_goes_to_the_official_hub_only_unless_asked() {
+        assert_eq!(
+            with("https://huggingface.co/", false).effective_token(),
+            Some("hf_x")
+        );
+        assert_eq!(with("https://hf.co", false).effective_token(), Some("hf_x"));
+        for mirror in [
+            "https://hf-mirror.com",
+            "http://huggingface.co",
+            "https://huggingface.co.evil.example",
+            "not a url",
+        ] {
+            assert_eq!(with(mirror, false).effective_token(), None, "{mirror}");
+        }
+        assert_eq!(
+            with("https://hf-mirror.com", true).effective_token(),
+            Some("hf_x")
+        );
+    }
+}
