@@ -1,3 +1,4 @@
 //! Helpers shared by the hub's integration tests.
 
 pub mod fake_hub;
+pub mod fixture;
