@@ -55,16 +55,13 @@ fn catalogue_name(given: &Path) -> Option<&str> {
 }
 
 fn spec_dir(spec: &RepoSpec, name: &str) -> anyhow::Result<PathBuf> {
-    if let Some(embedded) = &spec.embedded {
-        let default_target = crate::models::resolve_model(None)?;
-        let root = default_target.parent().unwrap_or(Path::new("."));
-        return Ok(root.join(embedded));
-    }
-    let repo = spec.repo.as_deref().unwrap_or_default();
-    match Store::from_env().snapshot_dir(repo, &spec.revision) {
+    let default_target = crate::models::resolve_model(None)?;
+    let embedded_root = default_target.parent().unwrap_or(Path::new("."));
+    match spec.installed_dir(&Store::from_env(), embedded_root) {
         Some(dir) => Ok(dir),
         None => bail!(
-            "{name} ({repo}) is not downloaded yet: run `flashbar pull {}`",
+            "{name} ({}) is not downloaded yet: run `flashbar pull {}`",
+            spec.repo.as_deref().unwrap_or("embedded"),
             spec.id
         ),
     }

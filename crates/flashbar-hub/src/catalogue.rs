@@ -3,7 +3,9 @@
 
 use crate::error::HubError;
 use crate::pull::PullRequest;
+use crate::store::Store;
 use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 const CATALOGUE_JSON: &str = include_str!("../catalogue.json");
 
@@ -38,6 +40,17 @@ pub struct RepoSpec {
 }
 
 impl RepoSpec {
+    /// The model folder, if it is here: the embedded folder under
+    /// `embedded_root` (`models/default` of the app), or the downloaded
+    /// snapshot in `store`.
+    pub fn installed_dir(&self, store: &Store, embedded_root: &Path) -> Option<PathBuf> {
+        match (&self.embedded, &self.repo) {
+            (Some(folder), _) => Some(embedded_root.join(folder)).filter(|d| d.is_dir()),
+            (None, Some(repo)) => store.snapshot_dir(repo, &self.revision),
+            (None, None) => None,
+        }
+    }
+
     /// What `pull` needs to fetch this model, if it lives on the hub.
     pub fn pull_request(&self) -> Option<PullRequest> {
         self.repo.as_ref().map(|repo| PullRequest {
@@ -131,7 +144,6 @@ impl Catalogue {
 mod tests {
     use super::*;
     use crate::memory::required_bytes;
-    use std::path::Path;
 
     #[test]
     fn builtin_parses_and_finds() {
@@ -168,6 +180,20 @@ mod tests {
                 .sum();
             assert_eq!(size, spec.size_bytes, "{}", spec.id);
         }
+    }
+
+    #[test]
+    fn installed_dirs() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default");
+        let catalogue = Catalogue::builtin();
+        let empty = Store::new("/nonexistent/store");
+        let pair = catalogue.pair("default").unwrap();
+        assert_eq!(
+            pair.target.installed_dir(&empty, &root),
+            Some(root.join("target"))
+        );
+        let hub_pair = catalogue.pair("qwen3.5-9b-4bit").unwrap();
+        assert_eq!(hub_pair.target.installed_dir(&empty, &root), None);
     }
 
     #[test]
