@@ -64,6 +64,16 @@ if [ ! -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
   cp "$lock" "$stamp"
 fi
 
+# The fuzz smoke (scripts/fuzz.sh): a nightly toolchain and cargo-fuzz.
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+  say "rustup: installing the nightly toolchain (for cargo-fuzz)"
+  rustup toolchain install nightly --profile minimal
+fi
+if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz 0.13.2" ]; then
+  say "cargo: installing cargo-fuzz 0.13.2"
+  cargo install cargo-fuzz --version =0.13.2 --locked
+fi
+
 # npm packages, reinstalled only when package-lock.json changes.
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   say "npm: installing packages"

@@ -27,6 +27,13 @@ echo "== cargo test"
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 
+# A 60-second smoke of each fuzz target (fuzz/); FLASHBAR_SKIP_FUZZ=1
+# skips it on a local run.
+if [ "${FLASHBAR_SKIP_FUZZ:-0}" != 1 ]; then
+  echo "== fuzz smoke"
+  scripts/fuzz.sh "${FLASHBAR_FUZZ_SECONDS:-60}"
+fi
+
 # The real app under Xvfb: chat, metrics, local server, screenshots in
 # target/e2e-screenshots; then its cold start.
 echo "== app end-to-end (tauri-driver, Xvfb)"
