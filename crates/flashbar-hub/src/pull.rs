@@ -79,17 +79,13 @@ async fn make_plan(
         "" => "main",
         r => r,
     };
+    let wanted =
+        |path: &str| request.files.is_empty() || request.files.iter().any(|p| glob_match(p, path));
     let listed: RemoteRepo = with_retries(config, cancel, on_event, || {
-        remote.list(&request.repo, revision)
+        remote.list(&request.repo, revision, wanted)
     })
     .await?;
-    let files: Vec<RemoteFile> = listed
-        .files
-        .into_iter()
-        .filter(|f| {
-            request.files.is_empty() || request.files.iter().any(|p| glob_match(p, &f.path))
-        })
-        .collect();
+    let files = listed.files;
     if files.is_empty() {
         return Err(HubError::Invalid(format!(
             "{}@{revision} has no files matching {:?}",

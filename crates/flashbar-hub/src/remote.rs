@@ -110,8 +110,14 @@ impl Remote {
         self.repo(repo, commit).url(file)
     }
 
-    /// The commit a revision points at, and its files.
-    pub async fn list(&self, repo: &str, revision: &str) -> Result<RemoteRepo, HubError> {
+    /// The commit a revision points at, and its files for which `keep` holds
+    /// (only those are probed).
+    pub async fn list(
+        &self,
+        repo: &str,
+        revision: &str,
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<RemoteRepo, HubError> {
         let context = format!("listing {repo}@{revision}");
         let request = self
             .repo(repo, revision)
@@ -130,6 +136,7 @@ impl Remote {
         let files = info
             .siblings
             .into_iter()
+            .filter(|s| keep(&s.rfilename))
             .map(|s| {
                 let sha256 = s.lfs.as_ref().map(|l| l.sha256.to_ascii_lowercase());
                 let size = s.lfs.as_ref().map(|l| l.size).or(s.size);

@@ -130,6 +130,16 @@ async fn a_download_killed_mid_file_resumes_with_range() {
     let source = std::fs::read(fixture_dir().join(WEIGHTS)).unwrap();
     assert_eq!(std::fs::read(&partial).unwrap(), source[..kept as usize]);
 
+    // Only the asked-for file is probed and fetched.
+    let probed: Vec<_> = hub
+        .seen()
+        .into_iter()
+        .filter(|s| s.path.contains("/resolve/"))
+        .collect();
+    assert!(
+        !probed.is_empty() && probed.iter().all(|s| s.path.ends_with(WEIGHTS)),
+        "{probed:?}"
+    );
     hub.clear_seen();
     let pulled = pull(
         &config(&hub, store.path(), 0),
