@@ -54,13 +54,18 @@ def distill(model, corpus: np.ndarray, count: int, prompt: int, generate: int,
     return np.concatenate(out).astype(np.int32)
 
 
-def tap_states(model, sequences: np.ndarray, batch: int) -> mx.array:
-    taps = []
+def tap_states(model, sequences: np.ndarray, batch: int) -> tuple[mx.array, mx.array]:
+    """The target's taps over the sequences, and its greedy label for every
+    position p >= 1 (its argmax after the tokens before p); position 0 keeps
+    its token."""
+    taps, labels = [], []
     for first in range(0, len(sequences), batch):
-        _, t = common.forward_with_taps(model, mx.array(sequences[first:first + batch]), common.TAP_LAYERS)
+        tokens = mx.array(sequences[first:first + batch])
+        logits, t = common.forward_with_taps(model, tokens, common.TAP_LAYERS)
         taps.append(t.astype(mx.bfloat16))
-        mx.eval(taps[-1])
-    return mx.concatenate(taps)
+        labels.append(mx.concatenate([tokens[:, :1], mx.argmax(logits[:, :-1], axis=-1)], axis=1))
+        mx.eval(taps[-1], labels[-1])
+    return mx.concatenate(taps), mx.concatenate(labels).astype(mx.int32)
 
 
 def rope(x: mx.array, positions: mx.array, theta: float) -> mx.array:
@@ -148,6 +153,9 @@ def main():
     parser.add_argument("--max-minutes", type=float, default=7.0)
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--no-compile", dest="compile", action="store_false")
+    parser.add_argument("--teacher-forced", action="store_true",
+                        help="label corpus windows with the target's greedy choices instead of "
+                             "generating (for machines where generation is too slow)")
     args = parser.parse_args()
     if args.smoke:
         args.sequences, args.generate, args.batch, args.anchors = 12, 48, 2, 4
@@ -164,10 +172,20 @@ def main():
         # Step 1 ran elsewhere: prompts from this Python's corpus packages.
         common.write_token_stream(tokenizer, args.out / "corpus.npz", 20e6)
     corpus = np.load(args.out / "corpus.npz")
-    sequences = distill(target, np.concatenate([corpus["train"], corpus["valid"]]), args.sequences,
-                        args.prompt, args.generate, 256, rng)
-    print(f"distilled {sequences.shape} in {time.time() - started:.0f} s", flush=True)
-    taps = tap_states(target, sequences, 64)
+    stream = np.concatenate([corpus["train"], corpus["valid"]])
+    if args.teacher_forced:
+        # Corpus windows, labelled with the target's greedy choice after each
+        # true prefix: one forward instead of a generation per sequence.
+        length = args.prompt + args.generate
+        starts = rng.integers(0, stream.size - length, size=args.sequences)
+        sequences = np.stack([stream[s:s + length] for s in starts]).astype(np.int32)
+        args.prompt = 16  # anchors from here on, so every block has context
+    else:
+        sequences = distill(target, stream, args.sequences, args.prompt, args.generate, 256, rng)
+    print(f"sequences {sequences.shape} in {time.time() - started:.0f} s", flush=True)
+    taps, labels_all = tap_states(target, sequences, 32)
+    if not args.teacher_forced:
+        labels_all = mx.array(sequences)  # the generated part is the target's greedy path
     print(f"taps {taps.shape} in {time.time() - started:.0f} s", flush=True)
     held = max(2, len(sequences) // 20)
     tokens_all = mx.array(sequences)
@@ -178,9 +196,9 @@ def main():
     weights = mx.exp(-mx.arange(common.BLOCK_SIZE - 1, dtype=mx.float32) / args.gamma)
     low, high = args.prompt - 1, sequences.shape[1] - common.BLOCK_SIZE
 
-    def loss_fn(model, tokens, tap, anchors):
+    def loss_fn(model, tokens, labels, tap, anchors):
         logits = block_logits(model, embed, head, tokens, tap, anchors, mask_id, theta)
-        labels = block_labels(tokens, anchors)
+        labels = block_labels(labels, anchors)
         ce = nn.losses.cross_entropy(logits[:, :, 1:].astype(mx.float32), labels[:, :, 1:])
         return mx.sum(ce * weights) / (ce.shape[0] * ce.shape[1] * mx.sum(weights))
 
@@ -196,8 +214,8 @@ def main():
         optimizer = optim.AdamW(learning_rate=schedule, weight_decay=0.01)
         state = [draft.state, optimizer.state]
 
-        def compiled(tokens, tap, anchors):
-            loss, grads = nn.value_and_grad(draft, loss_fn)(draft, tokens, tap, anchors)
+        def compiled(tokens, labels, tap, anchors):
+            loss, grads = nn.value_and_grad(draft, loss_fn)(draft, tokens, labels, tap, anchors)
             grads, _ = optim.clip_grad_norm(grads, 1.0)
             optimizer.update(draft, grads)
             return loss
@@ -208,7 +226,7 @@ def main():
         def step(rng):
             rows = mx.array(rng.integers(held, len(sequences), size=args.batch))
             anchors = sample_anchors(rng, args.anchors, args.batch, low, high)
-            loss = compiled(tokens_all[rows], taps[rows], anchors)
+            loss = compiled(tokens_all[rows], labels_all[rows], taps[rows], anchors)
             mx.eval(state, loss)
             return loss
 
@@ -226,10 +244,10 @@ def main():
         lengths = []
         for first in range(0, held, 16):
             rows = mx.arange(first, min(first + 16, held))
-            tokens, tap = tokens_all[rows], taps[rows]
+            tokens, labels, tap = tokens_all[rows], labels_all[rows], taps[rows]
             anchors = mx.broadcast_to(mx.arange(low, high + 1, 8)[None], (rows.size, len(range(low, high + 1, 8))))
             logits = block_logits(draft, embed, head, tokens, tap, anchors, mask_id, theta)
-            lengths.append(accept_lengths(logits, block_labels(tokens, anchors)).reshape(-1))
+            lengths.append(accept_lengths(logits, block_labels(labels, anchors)).reshape(-1))
         return float(mx.mean(mx.concatenate(lengths).astype(mx.float32)).item())
 
     log, t0, done = [], time.time(), 0
@@ -248,7 +266,8 @@ def main():
     accept = evaluate()
     save_drafter(args.out / "drafter", cfg, draft, dtype=mx.bfloat16)
     report = {"seed": args.seed, "sequences": int(len(sequences)), "held_out": held,
-              "prompt": args.prompt, "generate": args.generate, "steps_planned": args.steps,
+              "prompt": args.prompt, "generate": args.generate,
+              "teacher_forced": args.teacher_forced, "steps_planned": args.steps,
               "steps_done": done, "batch": args.batch, "anchors": args.anchors, "lr": args.lr,
               "gamma": args.gamma, "parameters": common.count_params(draft),
               "offline_accept_len_bf16": accept, "seconds": round(time.time() - started, 1),
