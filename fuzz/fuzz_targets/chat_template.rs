@@ -19,7 +19,7 @@ use libfuzzer_sys::fuzz_target;
 const EMBEDDED: &str = include_str!("../../models/default/target/tokenizer_config.json");
 
 /// A template shaped like the ones Qwen checkpoints ship (our own text).
-const RICH: &str = r#"{%- if messages[0].role == 'system' -%}
+const RICH: &str = r#"{%- if messages and messages[0].role == 'system' -%}
 <|im_start|>system
 {{ messages[0].content.strip() }}<|im_end|>
 {% set rest = messages[1:] %}{%- else -%}{% set rest = messages %}{%- endif -%}
