@@ -69,7 +69,10 @@ test("chat streams an answer from the engine", async () => {
 
 test("the metrics chart has a point per round", async () => {
   await tab("metrics");
-  const points = Number(await driver.findElement(byTest("accept-chart")).getAttribute("data-points"));
+  const canvas = await driver.findElement(byTest("accept-chart"));
+  // Drawn at a real size once the tab is shown.
+  await driver.wait(async () => (await canvas.getRect()).width > 100, 5000, "the chart has no size");
+  const points = Number(await canvas.getAttribute("data-points"));
   assert.ok(points > 0, `accept-chart has ${points} points`);
   const summary = await driver.findElement(byTest("metrics-summary")).getText();
   assert.match(summary, new RegExp(`^${points} rounds`), summary);
@@ -115,10 +118,18 @@ test("the models view shows the pair in use and the doctor's verdict", async () 
   const verdict = await driver.wait(until.elementLocated(By.css('[data-testid="verdict"][data-ok="true"]')), 30_000);
   assert.match(await verdict.getText(), /drafter: \d+ layers, block \d+/);
   // A drafter alone is not a target: the doctor says why.
-  const drafter = pair.match(/(\S+models\/default\/drafter)/)[1];
+  const [, drafterField] = await driver.findElements(By.css('[data-testid="current-pair"] dd'));
+  const drafter = await drafterField.getText();
+  assert.match(drafter, /models\/default\/drafter$/);
   await driver.findElement(byTest("target-path")).sendKeys(drafter);
   await driver.findElement(byTest("check-pair")).click();
-  await driver.wait(until.elementLocated(By.css('[data-testid="verdict"][data-ok="false"]')), 30_000);
+  const refused = await driver
+    .wait(until.elementLocated(By.css('[data-testid="verdict"][data-ok="false"]')), 30_000)
+    .catch(async (error) => {
+      await shot("models-failed");
+      throw error;
+    });
+  assert.match(await refused.getText(), /Doctor: this pair cannot be used\.\s*✗ weights: /);
   assert.equal(await driver.findElement(byTest("use-pair")).isEnabled(), false);
   await shot("models");
 });

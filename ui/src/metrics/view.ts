@@ -113,7 +113,13 @@ export class MetricsView {
 
   /** Charts must be resized once their tab becomes visible. */
   shown(): void {
-    for (const chart of this.charts) chart.resize();
+    // After layout: a chart created or updated while hidden has no size.
+    requestAnimationFrame(() => {
+      for (const chart of this.charts) {
+        chart.resize();
+        chart.update();
+      }
+    });
   }
 
   private refresh(): void {
