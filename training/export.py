@@ -50,6 +50,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("work", type=Path)
     parser.add_argument("dest", type=Path, nargs="?", default=common.ROOT / "models" / "default")
+    parser.add_argument("--bits", type=int, choices=[4, 8],
+                        help="quantize the target (MLX affine, group 64); default bf16")
     args = parser.parse_args()
     from mlx_lm import convert
 
@@ -57,13 +59,22 @@ def main():
     export_hf(args.work / "target-raw", hf)
     target = args.dest / "target"
     shutil.rmtree(target, ignore_errors=True)
-    convert(str(hf), mlx_path=str(target), dtype="bfloat16")
-    # mlx-lm rewrites the tokenizer through transformers; ship the trained files.
+    if args.bits:
+        convert(str(hf), mlx_path=str(target), dtype="bfloat16", quantize=True, q_bits=args.bits,
+                q_group_size=64)
+    else:
+        convert(str(hf), mlx_path=str(target), dtype="bfloat16")
+    # mlx-lm rewrites the tokenizer through transformers and adds a model
+    # card; ship the trained tokenizer files (the template lives in
+    # tokenizer_config.json) and no generated card.
+    for name in ("README.md", "chat_template.jinja"):
+        (target / name).unlink(missing_ok=True)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(args.work / "target-raw" / name, target / name)
-    diff = same_weights(args.work / "target-raw", target)
-    if diff != 0.0:
-        sys.exit(f"the converted target differs from the trained one by {diff}")
+    if not args.bits:
+        diff = same_weights(args.work / "target-raw", target)
+        if diff != 0.0:
+            sys.exit(f"the converted target differs from the trained one by {diff}")
     drafter = args.dest / "drafter"
     shutil.rmtree(drafter, ignore_errors=True)
     shutil.copytree(args.work / "drafter", drafter)
@@ -81,10 +92,12 @@ def main():
         "files": {str(p.relative_to(args.dest)): {"sha256": common.sha256(p), "bytes": p.stat().st_size}
                   for p in files},
         "total_bytes": total,
+        "target_quantization": {"bits": args.bits, "group_size": 64} if args.bits else None,
         "training": reports,
     }
     (args.dest / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    print(f"wrote {args.dest}: {total / 1e6:.1f} MB, converted target identical to the trained one")
+    print(f"wrote {args.dest}: {total / 1e6:.1f} MB" + ("" if args.bits else
+          ", converted target identical to the trained one"))
 
 
 if __name__ == "__main__":
