@@ -123,6 +123,9 @@ pub fn shard_names(index_json: &str) -> Result<Vec<String>, String> {
         let file = file
             .as_str()
             .ok_or("weight_map values must be file names")?;
+        if file == "." {
+            return Err("shard name \".\" names the model folder, not a file".to_owned());
+        }
         if file.is_empty()
             || file.contains(['/', '\\', '\0'])
             || file.contains("..")
@@ -235,4 +238,20 @@ fn dtype_bytes(dtype: &str) -> Option<usize> {
         "U64" | "I64" | "F64" => 8,
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shard_names;
+
+    #[test]
+    fn shard_names_are_files_inside_the_model_folder() {
+        let index = r#"{"weight_map": {"a": "model-1.safetensors", "b": "model-1.safetensors"}}"#;
+        assert_eq!(shard_names(index).unwrap(), vec!["model-1.safetensors"]);
+        // "." came from the fuzzer: joined to the folder, it names the folder.
+        for bad in [".", "..", "", "../x", "a/b", "/abs"] {
+            let index = serde_json::json!({"weight_map": {"w": bad}}).to_string();
+            assert!(shard_names(&index).is_err(), "{bad:?} was accepted");
+        }
+    }
 }
