@@ -42,7 +42,7 @@ impl Checkpoint {
                 let name = normalize_name(&stored_name);
                 if tensors.insert(name.clone(), info).is_some() {
                     return Err(ModelError::UnexpectedTensor(format!(
-                        "{name} (stored twice)"
+                        "{name:?} (stored twice)"
                     )));
                 }
             }
@@ -186,35 +186,35 @@ pub fn read_header_from(
         }
         let dtype = entry["dtype"]
             .as_str()
-            .ok_or_else(|| bad(format!("{name}: no dtype")))?
+            .ok_or_else(|| bad(format!("{name:?}: no dtype")))?
             .to_owned();
         let shape = entry["shape"]
             .as_array()
-            .ok_or_else(|| bad(format!("{name}: no shape")))?
+            .ok_or_else(|| bad(format!("{name:?}: no shape")))?
             .iter()
             .map(|d| d.as_u64().map(|d| d as usize))
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| bad(format!("{name}: shape is not a list of sizes")))?;
+            .ok_or_else(|| bad(format!("{name:?}: shape is not a list of sizes")))?;
         let offsets = entry["data_offsets"]
             .as_array()
             .and_then(|o| Some((o.first()?.as_u64()?, o.get(1)?.as_u64()?)))
-            .ok_or_else(|| bad(format!("{name}: no data_offsets")))?;
+            .ok_or_else(|| bad(format!("{name:?}: no data_offsets")))?;
         let element_bytes =
-            dtype_bytes(&dtype).ok_or_else(|| bad(format!("{name}: unknown dtype {dtype}")))?;
+            dtype_bytes(&dtype).ok_or_else(|| bad(format!("{name:?}: unknown dtype {dtype:?}")))?;
         let expected = shape
             .iter()
             .try_fold(element_bytes as u64, |acc, &d| acc.checked_mul(d as u64))
-            .ok_or_else(|| bad(format!("{name}: shape overflows")))?;
+            .ok_or_else(|| bad(format!("{name:?}: shape overflows")))?;
         let (start, end) = offsets;
         if end < start || end - start != expected {
             return Err(bad(format!(
-                "{name}: {} bytes for shape {shape:?}",
+                "{name:?}: {} bytes for shape {shape:?}",
                 end.wrapping_sub(start)
             )));
         }
         if end > data_len {
             return Err(bad(format!(
-                "{name} ends at byte {end} but the file holds {data_len} (truncated?)"
+                "{name:?} ends at byte {end} but the file holds {data_len} (truncated?)"
             )));
         }
         tensors.insert(
@@ -242,7 +242,28 @@ fn dtype_bytes(dtype: &str) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::shard_names;
+    use super::{read_header_from, shard_names};
+    use std::io::Cursor;
+    use std::path::Path;
+
+    #[test]
+    fn header_errors_stay_on_one_line_whatever_the_tensor_names() {
+        // From the CI fuzz smoke: a JSON-escaped newline in a tensor name
+        // broke the one-line error.
+        let header = br#"{"lm\nhead": {"dtype": "F\n32", "shape": [4], "data_offsets": [0, 16]}}"#;
+        let mut file = (header.len() as u64).to_le_bytes().to_vec();
+        file.extend_from_slice(header);
+        file.extend_from_slice(&[0, 0]);
+        for len in [file.len(), file.len() + 14] {
+            let mut bytes = file.clone();
+            bytes.resize(len, 0);
+            let error = read_header_from(Path::new("x"), Cursor::new(&bytes), len as u64)
+                .unwrap_err()
+                .to_string();
+            assert!(!error.contains('\n'), "{error}");
+            assert!(error.contains(r#""lm\nhead""#), "{error}");
+        }
+    }
 
     #[test]
     fn shard_names_are_files_inside_the_model_folder() {
