@@ -3,6 +3,7 @@
 //! It measures the warm plain-decoding step time (the first, cold step is
 //! discarded) and, per DFlash round, the realized speedup
 //! `committed x t_ar / round_time`, averaged over rounds. Below 1 it floors
+//! (a round below 0.5 floors at once, so a useless drafter's probe is cheap)
 //! to plain decoding for a backoff (32 steps, doubling to 512 while probes
 //! keep failing), then re-probes with unjudged warm-up rounds. Calibration
 //! is kept per thermal state: a state change switches to (or starts) that
@@ -19,8 +20,12 @@ pub struct GateConfig {
     pub calibration_steps: usize,
     /// Rounds after (re)entering DFlash that are not judged (caches, kernels warm up).
     pub warmup_rounds: usize,
-    /// Judged rounds before the gate may floor.
+    /// Judged rounds before the gate may floor (a clearly losing round, see
+    /// `floor_at_once_below`, floors at once).
     pub judge_after: usize,
+    /// A judged round whose realized speedup is below this floors at once:
+    /// a probe of a useless drafter then costs one judged round, not two.
+    pub floor_at_once_below: f64,
     pub first_backoff: usize,
     pub max_backoff: usize,
     /// Speculate while the averaged realized speedup is at least this.
@@ -33,6 +38,7 @@ impl Default for GateConfig {
             calibration_steps: 4,
             warmup_rounds: 1,
             judge_after: 2,
+            floor_at_once_below: 0.5,
             first_backoff: 32,
             max_backoff: 512,
             keep_above: 1.0,
@@ -201,10 +207,11 @@ impl Gate {
         };
         self.speedup = Some(averaged);
         self.judged += 1;
-        if self.judged < self.config.judge_after {
+        let clearly_losing = ratio < self.config.floor_at_once_below;
+        if self.judged < self.config.judge_after && !clearly_losing {
             return;
         }
-        if averaged < self.config.keep_above {
+        if averaged < self.config.keep_above || clearly_losing {
             self.state = GateState::Floored;
             self.floored_left = self.backoff;
             self.backoff = (self.backoff * 2).min(self.config.max_backoff);
@@ -300,6 +307,32 @@ mod tests {
         let lost: f64 = rounds as f64 * (30.0 - 10.0);
         let total: f64 = trace.len() as f64 * 10.0 + lost;
         assert!(total / (trace.len() as f64 * 10.0) < 1.25, "{trace}");
+    }
+
+    #[test]
+    fn a_clearly_losing_probe_costs_one_judged_round() {
+        let mut g = gate();
+        // 1 token per 40 ms round vs 10 ms plain steps: 0.25x.
+        let useless = Machine {
+            ar_ms: 10.0,
+            round_ms: 40.0,
+            committed: 1,
+        };
+        let trace = drive(&mut g, &useless, 100);
+        // Calibration, one warm-up round, one judged round, then 32 plain steps.
+        assert!(
+            trace.starts_with(&format!("aaaadd{}d", "a".repeat(32))),
+            "{trace}"
+        );
+        // A round that loses only a little still waits for a second one.
+        let mut g = gate();
+        let close = Machine {
+            ar_ms: 10.0,
+            round_ms: 12.0,
+            committed: 1,
+        };
+        let trace = drive(&mut g, &close, 10);
+        assert!(trace.starts_with("aaaaddda"), "{trace}");
     }
 
     #[test]
