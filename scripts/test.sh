@@ -24,8 +24,7 @@ if ! sha256sum --status -c "$stamp" 2>/dev/null; then
 fi
 
 echo "== cargo test"
-cargo test --workspace --all-targets
-cargo test --workspace --doc
+cargo test --workspace
 
 # A 60-second smoke of each fuzz target (fuzz/); FLASHBAR_SKIP_FUZZ=1
 # skips it on a local run.

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from make_fixtures import CHAT_TEMPLATE, QWEN_SPLIT, SPECIAL_TOKENS  # noqa: E402
+from make_fixtures import SPECIAL_TOKENS, write_tokenizer  # noqa: E402
 
 from gdn_chunked import chunked_gated_delta  # noqa: E402
 
@@ -150,35 +150,9 @@ def read_text(path: Path) -> str:
 
 
 def train_tokenizer(texts, vocab_size: int, out_dir: Path):
-    """Byte-level BPE with Qwen's split regex and NFC (what transformers'
-    Qwen3_5Tokenizer applies to a Qwen3.5 checkpoint), Qwen's special tokens
-    plus the mask token, and a Qwen-style chat template."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tokenizer.train_from_iterator(texts, trainer=trainer)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(out_dir / "tokenizer.json"))
-    (out_dir / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "Qwen2Tokenizer",
-        "eos_token": EOS_TOKEN,
-        "pad_token": ENDOFTEXT,
-        "unk_token": None,
-        "bos_token": None,
-        "add_prefix_space": False,
-        "model_max_length": TARGET_TEXT["max_position_embeddings"],
-        "chat_template": CHAT_TEMPLATE,
-    }, indent=2))
-    return tokenizer
+    """The fixtures' tokenizer recipe (Qwen's pre-tokenizer, special tokens
+    and chat template) trained over `texts`."""
+    return write_tokenizer(out_dir, texts, vocab_size, TARGET_TEXT["max_position_embeddings"])
 
 
 def load_tokenizer(model_dir: Path):
