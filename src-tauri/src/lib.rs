@@ -5,9 +5,9 @@
 //! and results come back to the UI as events.
 //!
 //! Folders: [`engine`] (background load, the pair to load), [`chat`],
-//! [`models`] (the doctor's verdict on a pair), [`server`] (the local
-//! endpoint switch), [`settings`] (tauri-plugin-store),
-//! [`shell`] (tray, window, macOS specifics).
+//! [`models`] (catalogue, downloads, local store, the doctor's verdict),
+//! [`server`] (the local endpoint switch), [`settings`]
+//! (tauri-plugin-store), [`shell`] (tray, window, macOS specifics).
 
 mod chat;
 mod engine;
@@ -71,6 +71,7 @@ pub fn run() {
         .manage(Started(started))
         .manage(engine::EngineHandle::default())
         .manage(chat::Jobs::default())
+        .manage(models::Downloads::default())
         .manage(server::ServerHandle::default())
         .manage(settings::SettingsHandle::default())
         .invoke_handler(tauri::generate_handler![
@@ -78,6 +79,13 @@ pub fn run() {
             ui_ready,
             engine::engine_status,
             models::models_check,
+            models::models_pair_check,
+            models::models_catalogue,
+            models::models_local,
+            models::models_delete,
+            models::models_downloads,
+            models::models_download,
+            models::models_cancel,
             chat::chat_send,
             chat::chat_stop,
             server::server_status,
