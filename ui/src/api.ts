@@ -94,6 +94,47 @@ export interface Verdict {
   findings: { check: string; ok: boolean; detail: string }[];
 }
 
+export interface ModelInfo {
+  id: string;
+  /** owner/name on the hub; null for an embedded model. */
+  repo: string | null;
+  size_bytes: number;
+  estimate: boolean;
+  /** Its folder, when it is on this machine. */
+  path: string | null;
+}
+
+/** A catalogue pair, with what is on this machine. */
+export interface PairInfo {
+  id: string;
+  name: string;
+  memory_bytes: number;
+  fits: boolean | null;
+  target: ModelInfo;
+  drafter: ModelInfo | null;
+  local: boolean;
+  embedded: boolean;
+}
+
+export interface LocalModels {
+  store: string;
+  used_bytes: number;
+  free_bytes: number | null;
+  repos: { repo: string; size_bytes: number; incomplete_bytes: number; path: string | null }[];
+}
+
+/** A pair's download (the `models:download` event). */
+export interface DownloadState {
+  pair: string;
+  state: "starting" | "running" | "done" | "cancelled" | "failed";
+  file: string;
+  done_bytes: number;
+  total_bytes: number;
+  bytes_per_second: number;
+  eta_seconds: number | null;
+  error: string | null;
+}
+
 export type View = "chat" | "models" | "metrics" | "settings";
 
 export const api = {
@@ -105,6 +146,13 @@ export const api = {
   serverStatus: () => invoke<ServerStatus>("server_status"),
   uiReady: () => invoke<void>("ui_ready"),
   modelsCheck: (target: string, drafter: string) => invoke<Verdict>("models_check", { target, drafter }),
+  modelsPairCheck: (pair: string) => invoke<Verdict>("models_pair_check", { pair }),
+  modelsCatalogue: () => invoke<PairInfo[]>("models_catalogue"),
+  modelsLocal: () => invoke<LocalModels>("models_local"),
+  modelsDelete: (repo: string) => invoke<number>("models_delete", { repo }),
+  modelsDownloads: () => invoke<DownloadState[]>("models_downloads"),
+  modelsDownload: (pair: string) => invoke<void>("models_download", { pair }),
+  modelsCancel: (pair: string) => invoke<boolean>("models_cancel", { pair }),
 };
 
 function on<T>(name: string) {
@@ -121,6 +169,7 @@ export const events = {
   serverStatus: on<ServerStatus>("server:status"),
   settingsChanged: on<Settings>("settings:changed"),
   navigate: on<View>("navigate"),
+  download: on<DownloadState>("models:download"),
 };
 
 /** A command's error as one line of text. */

@@ -70,6 +70,7 @@ async function main(root: HTMLElement): Promise<void> {
     events.serverStatus((s) => settings.showServer(s)),
     events.settingsChanged((s) => settings.show(s)),
     events.navigate((view) => select(view)),
+    events.download((d) => models.onDownload(d)),
   ]);
   const [status, saved, server] = await Promise.all([api.engineStatus(), api.settingsGet(), api.serverStatus()]);
   engineBanner(banner, status);
