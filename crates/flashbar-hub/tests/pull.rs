@@ -16,14 +16,9 @@ async fn full_download_lands_in_the_hf_cache_layout() {
     let store = tempfile::tempdir().unwrap();
     let events = Events::default();
     let sink = events.sink();
-    let pulled = pull(
-        &config(&hub, store.path(), 0),
-        &PullRequest::new(REPO),
-        &sink,
-        &CancelToken::new(),
-    )
-    .await
-    .unwrap();
+    let pulled = pull_from(&hub, store.path(), 0, &PullRequest::new(REPO), &sink)
+        .await
+        .unwrap();
     assert_eq!(pulled.commit, COMMIT);
     let repo_dir = store.path().join("models--flashbar-test--tiny-target");
     assert_eq!(pulled.snapshot, repo_dir.join("snapshots").join(COMMIT));
@@ -85,14 +80,9 @@ async fn full_download_lands_in_the_hf_cache_layout() {
 
     // A second pull finds everything in place and fetches no file body.
     hub.clear_seen();
-    let again = pull(
-        &config(&hub, store.path(), 0),
-        &PullRequest::new(REPO),
-        &|_| {},
-        &CancelToken::new(),
-    )
-    .await
-    .unwrap();
+    let again = pull_from(&hub, store.path(), 0, &PullRequest::new(REPO), &|_| {})
+        .await
+        .unwrap();
     assert_eq!(again.downloaded_bytes, 0);
     assert!(hub
         .seen()
@@ -110,18 +100,10 @@ async fn a_download_killed_mid_file_resumes_with_range() {
         cuts_left: 1,
         ..Faults::default()
     });
-    let request = PullRequest {
-        files: vec![WEIGHTS.to_owned()],
-        ..PullRequest::new(REPO)
-    };
-    let error = pull(
-        &config(&hub, store.path(), 0),
-        &request,
-        &|_| {},
-        &CancelToken::new(),
-    )
-    .await
-    .unwrap_err();
+    let request = weights_request();
+    let error = pull_from(&hub, store.path(), 0, &request, &|_| {})
+        .await
+        .unwrap_err();
     assert!(matches!(error, HubError::Transient { .. }), "{error}");
     let partial = blob_dir(store.path()).join(format!("{}.incomplete", weights_sha()));
     let kept = std::fs::metadata(&partial).unwrap().len();
@@ -141,14 +123,9 @@ async fn a_download_killed_mid_file_resumes_with_range() {
         "{probed:?}"
     );
     hub.clear_seen();
-    let pulled = pull(
-        &config(&hub, store.path(), 0),
-        &request,
-        &|_| {},
-        &CancelToken::new(),
-    )
-    .await
-    .unwrap();
+    let pulled = pull_from(&hub, store.path(), 0, &request, &|_| {})
+        .await
+        .unwrap();
     assert_eq!(sha256_file(&pulled.snapshot.join(WEIGHTS)), weights_sha());
     assert_eq!(pulled.downloaded_bytes, source.len() as u64 - kept);
     let body_gets: Vec<_> = hub
@@ -176,14 +153,9 @@ async fn retries_carry_a_cut_download_through_in_one_pull() {
     });
     let events = Events::default();
     let sink = events.sink();
-    let pulled = pull(
-        &config(&hub, store.path(), 3),
-        &PullRequest::new(REPO),
-        &sink,
-        &CancelToken::new(),
-    )
-    .await
-    .unwrap();
+    let pulled = pull_from(&hub, store.path(), 3, &PullRequest::new(REPO), &sink)
+        .await
+        .unwrap();
     assert_snapshot_matches(&pulled.snapshot);
     let retries = events
         .all()
@@ -202,10 +174,7 @@ async fn a_server_that_ignores_range_never_corrupts_the_file() {
         cuts_left: 1,
         ..Faults::default()
     });
-    let request = PullRequest {
-        files: vec![WEIGHTS.to_owned()],
-        ..PullRequest::new(REPO)
-    };
+    let request = weights_request();
     assert!(pull(
         &config(&hub, store.path(), 0),
         &request,
@@ -219,14 +188,9 @@ async fn a_server_that_ignores_range_never_corrupts_the_file() {
         ..Faults::default()
     });
     hub.clear_seen();
-    let pulled = pull(
-        &config(&hub, store.path(), 0),
-        &request,
-        &|_| {},
-        &CancelToken::new(),
-    )
-    .await
-    .unwrap();
+    let pulled = pull_from(&hub, store.path(), 0, &request, &|_| {})
+        .await
+        .unwrap();
     assert_eq!(sha256_file(&pulled.snapshot.join(WEIGHTS)), weights_sha());
     let body_gets: Vec<_> = hub
         .seen()
@@ -245,23 +209,15 @@ async fn a_server_that_ignores_range_never_corrupts_the_file() {
 async fn bytes_corrupted_in_flight_are_detected() {
     let hub = start_hub().await;
     let store = tempfile::tempdir().unwrap();
-    let request = PullRequest {
-        files: vec![WEIGHTS.to_owned()],
-        ..PullRequest::new(REPO)
-    };
+    let request = weights_request();
     // Corrupt every time: the pull fails, and no corrupt file is left anywhere.
     hub.set_faults(Faults {
         corrupt_left: 100,
         ..Faults::default()
     });
-    let error = pull(
-        &config(&hub, store.path(), 1),
-        &request,
-        &|_| {},
-        &CancelToken::new(),
-    )
-    .await
-    .unwrap_err();
+    let error = pull_from(&hub, store.path(), 1, &request, &|_| {})
+        .await
+        .unwrap_err();
     match &error {
         HubError::Corrupt {
             file,
@@ -286,14 +242,9 @@ async fn bytes_corrupted_in_flight_are_detected() {
     });
     let events = Events::default();
     let sink = events.sink();
-    let pulled = pull(
-        &config(&hub, store.path(), 1),
-        &request,
-        &sink,
-        &CancelToken::new(),
-    )
-    .await
-    .unwrap();
+    let pulled = pull_from(&hub, store.path(), 1, &request, &sink)
+        .await
+        .unwrap();
     assert_eq!(sha256_file(&pulled.snapshot.join(WEIGHTS)), weights_sha());
     assert!(events
         .all()

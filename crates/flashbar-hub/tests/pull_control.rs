@@ -14,11 +14,12 @@ use std::time::Duration;
 async fn an_unknown_repo_or_revision_is_a_clear_error() {
     let hub = start_hub().await;
     let store = tempfile::tempdir().unwrap();
-    let error = pull(
-        &config(&hub, store.path(), 2),
+    let error = pull_from(
+        &hub,
+        store.path(),
+        2,
         &PullRequest::new("nobody/nothing"),
         &|_| {},
-        &CancelToken::new(),
     )
     .await
     .unwrap_err();
@@ -39,11 +40,12 @@ async fn an_unknown_repo_or_revision_is_a_clear_error() {
     // Not found is final: no retries, and nothing written.
     assert_eq!(hub.seen().len(), 2);
     assert_eq!(std::fs::read_dir(store.path()).unwrap().count(), 0);
-    let error = pull(
-        &config(&hub, store.path(), 0),
+    let error = pull_from(
+        &hub,
+        store.path(),
+        0,
         &PullRequest::new("not a repo"),
         &|_| {},
-        &CancelToken::new(),
     )
     .await
     .unwrap_err();
@@ -58,10 +60,7 @@ async fn a_cancelled_pull_keeps_its_partial_and_resumes() {
         chunk_delay: Some(Duration::from_millis(30)),
         ..Faults::default()
     });
-    let request = PullRequest {
-        files: vec![WEIGHTS.to_owned()],
-        ..PullRequest::new(REPO)
-    };
+    let request = weights_request();
     let cancel = CancelToken::new();
     let trigger = cancel.clone();
     let on_event = move |e: &PullEvent| {
@@ -83,14 +82,9 @@ async fn a_cancelled_pull_keeps_its_partial_and_resumes() {
     assert!(kept >= 32 * 1024 && kept < size, "kept {kept} of {size}");
 
     hub.set_faults(Faults::default());
-    let pulled = pull(
-        &config(&hub, store.path(), 0),
-        &request,
-        &|_| {},
-        &CancelToken::new(),
-    )
-    .await
-    .unwrap();
+    let pulled = pull_from(&hub, store.path(), 0, &request, &|_| {})
+        .await
+        .unwrap();
     assert_eq!(pulled.downloaded_bytes, size - kept);
     assert_eq!(sha256_file(&pulled.snapshot.join(WEIGHTS)), weights_sha());
 }
@@ -189,10 +183,7 @@ async fn a_second_pull_of_the_same_file_is_refused_while_the_first_runs() {
         chunk_delay: Some(Duration::from_millis(400)),
         ..Faults::default()
     });
-    let request = PullRequest {
-        files: vec![WEIGHTS.to_owned()],
-        ..PullRequest::new(REPO)
-    };
+    let request = weights_request();
     let first_cancel = CancelToken::new();
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
     let started_tx = Mutex::new(Some(started_tx));
@@ -212,14 +203,9 @@ async fn a_second_pull_of_the_same_file_is_refused_while_the_first_runs() {
         })
     };
     started_rx.await.unwrap();
-    let error = pull(
-        &config(&hub, store.path(), 0),
-        &request,
-        &|_| {},
-        &CancelToken::new(),
-    )
-    .await
-    .unwrap_err();
+    let error = pull_from(&hub, store.path(), 0, &request, &|_| {})
+        .await
+        .unwrap_err();
     match &error {
         HubError::Busy { file, lock } => {
             assert_eq!(file, WEIGHTS);
@@ -231,14 +217,9 @@ async fn a_second_pull_of_the_same_file_is_refused_while_the_first_runs() {
     assert!(matches!(first.await.unwrap(), Err(HubError::Cancelled)));
     // Once the first lets go, the file can be fetched.
     hub.set_faults(Faults::default());
-    let pulled = pull(
-        &config(&hub, store.path(), 0),
-        &request,
-        &|_| {},
-        &CancelToken::new(),
-    )
-    .await
-    .unwrap();
+    let pulled = pull_from(&hub, store.path(), 0, &request, &|_| {})
+        .await
+        .unwrap();
     assert_eq!(sha256_file(&pulled.snapshot.join(WEIGHTS)), weights_sha());
 }
 
@@ -250,20 +231,12 @@ async fn server_errors_are_retried_with_growing_backoff() {
         unavailable_left: 3,
         ..Faults::default()
     });
-    let request = PullRequest {
-        files: vec![WEIGHTS.to_owned()],
-        ..PullRequest::new(REPO)
-    };
+    let request = weights_request();
     let events = Events::default();
     let sink = events.sink();
-    let pulled = pull(
-        &config(&hub, store.path(), 3),
-        &request,
-        &sink,
-        &CancelToken::new(),
-    )
-    .await
-    .unwrap();
+    let pulled = pull_from(&hub, store.path(), 3, &request, &sink)
+        .await
+        .unwrap();
     assert_eq!(sha256_file(&pulled.snapshot.join(WEIGHTS)), weights_sha());
     let waits: Vec<(u32, u64)> = events
         .all()
@@ -290,13 +263,8 @@ async fn server_errors_are_retried_with_growing_backoff() {
         unavailable_left: 2,
         ..Faults::default()
     });
-    let error = pull(
-        &config(&hub, store.path(), 1),
-        &request,
-        &|_| {},
-        &CancelToken::new(),
-    )
-    .await
-    .unwrap_err();
+    let error = pull_from(&hub, store.path(), 1, &request, &|_| {})
+        .await
+        .unwrap_err();
     assert!(error.to_string().contains("503"), "{error}");
 }

@@ -6,7 +6,9 @@
 
 use super::fake_hub::{repo_from_dir, FakeHub, FakeRepo};
 use flashbar_hub::config::RetryPolicy;
-use flashbar_hub::{HubConfig, PullEvent, Store};
+use flashbar_hub::{
+    pull, CancelToken, HubConfig, HubError, PullEvent, PullRequest, PulledRepo, Store,
+};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -43,6 +45,27 @@ pub fn config(hub: &FakeHub, store: &Path, retries: u32) -> HubConfig {
         assume_free_bytes: None,
         stall_timeout: Duration::from_secs(20),
     }
+}
+
+/// A pull of the fixture's weights file alone.
+pub fn weights_request() -> PullRequest {
+    PullRequest {
+        files: vec![WEIGHTS.to_owned()],
+        ..PullRequest::new(REPO)
+    }
+}
+
+/// Pulls `request` from the fake hub into `store`, with `retries` retries
+/// and nothing cancelling it.
+pub async fn pull_from(
+    hub: &FakeHub,
+    store: &Path,
+    retries: u32,
+    request: &PullRequest,
+    on_event: &(dyn Fn(&PullEvent) + Send + Sync),
+) -> Result<PulledRepo, HubError> {
+    let cancel = CancelToken::new();
+    pull(&config(hub, store, retries), request, on_event, &cancel).await
 }
 
 /// Collects events for assertions.
