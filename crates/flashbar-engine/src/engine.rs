@@ -9,6 +9,7 @@ use crate::proposer::{DflashProposer, Proposer};
 use crate::request::{CancelToken, GenerateRequest, Prompt, Speculation};
 use crate::sink::{Generation, Sink};
 use crate::tokenizer::TextTokenizer;
+use flashbar_mlx::memory_guard;
 use flashbar_models::{Drafter, Model};
 use std::path::Path;
 use std::sync::Mutex;
@@ -24,8 +25,13 @@ pub struct Engine {
 impl Engine {
     /// Loads a target checkpoint folder and optionally its DFlash drafter
     /// (both validated before allocating; a drafter that does not fit the
-    /// target is refused with the reason).
+    /// target is refused with the reason). A pair that does not fit in this
+    /// machine's memory budget is refused before any weight is read, and
+    /// MLX's memory limit is set to that budget.
     pub fn load(target_dir: &Path, drafter_dir: Option<&Path>) -> Result<Self> {
+        let budget = flashbar_mlx::memory::budget();
+        memory_guard::admit(target_dir, drafter_dir, &budget).map_err(EngineError::Memory)?;
+        memory_guard::apply_limit(&budget).map_err(EngineError::Memory)?;
         let model = Model::load(target_dir)?;
         let drafter = match drafter_dir {
             Some(dir) => Some(Drafter::load(dir, &model).map_err(EngineError::Drafter)?),

@@ -12,6 +12,9 @@ pub enum EngineError {
     Template(String),
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// The pair does not fit in memory (needed vs available).
+    #[error("{0}")]
+    Memory(String),
     #[error("MLX: {0}")]
     Mlx(#[from] mlx_rs::error::Exception),
 }

@@ -169,18 +169,7 @@ fn weights_missing(dir: &Path) -> Result<Vec<String>, String> {
 }
 
 /// Bytes of `*.safetensors` in a folder (links followed).
-pub fn weight_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".safetensors"))
-                .filter_map(|e| std::fs::metadata(e.path()).ok())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
-}
+pub use flashbar_mlx::memory_guard::weight_bytes;
 
 fn memory_check(target: &Path, drafter: Option<&Path>, budget: &MemoryBudget) -> Check {
     let weights = weight_bytes(target) + drafter.map_or(0, weight_bytes);

@@ -1,6 +1,7 @@
 //! MLX's memory counters for `/health`: bytes held by live arrays (active),
-//! the most ever held (peak), and freed buffers kept for reuse (cache), so a
-//! soak run can watch for leaks from outside the process.
+//! the most ever held (peak), freed buffers kept for reuse (cache), and the
+//! limit set from the machine's memory budget at load, so a soak run can
+//! watch for leaks from outside the process.
 
 use serde_json::{json, Value};
 
@@ -13,12 +14,13 @@ fn read(get: unsafe extern "C" fn(*mut usize) -> i32) -> Option<u64> {
     (status == 0).then_some(bytes as u64)
 }
 
-/// `{"active_bytes", "peak_bytes", "cache_bytes"}`.
+/// `{"active_bytes", "peak_bytes", "cache_bytes", "limit_bytes"}`.
 pub fn stats() -> Value {
     json!({
         "active_bytes": read(mlx_sys::mlx_get_active_memory),
         "peak_bytes": read(mlx_sys::mlx_get_peak_memory),
         "cache_bytes": read(mlx_sys::mlx_get_cache_memory),
+        "limit_bytes": read(mlx_sys::mlx_get_memory_limit),
     })
 }
 
@@ -27,7 +29,7 @@ mod tests {
     #[test]
     fn the_counters_are_read() {
         let stats = super::stats();
-        for key in ["active_bytes", "peak_bytes", "cache_bytes"] {
+        for key in ["active_bytes", "peak_bytes", "cache_bytes", "limit_bytes"] {
             assert!(stats[key].is_u64(), "{key}: {stats}");
         }
     }
