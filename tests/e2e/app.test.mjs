@@ -1,8 +1,11 @@
 // End-to-end: the real app binary (debug build) driven through tauri-driver
 // + WebKitWebDriver under Xvfb (see run.sh). Chat streams text from the
 // real engine on the embedded pair; the metrics chart gets points; the
-// local server switch starts an endpoint that answers over HTTP. Every view
-// is saved as a screenshot in $E2E_SCREENSHOTS.
+// local server switch starts an endpoint that answers over HTTP, whose
+// rounds reach the chart too; the Models view downloads a pair from the
+// local test hub (run.sh), with a moving progress bar, cancel and resume,
+// and loads it. Every view is saved as a screenshot in $E2E_SCREENSHOTS,
+// in light mode (dark.test.mjs takes the dark ones).
 import { Builder, By, until } from "selenium-webdriver";
 import assert from "node:assert/strict";
 import { writeFile, mkdir } from "node:fs/promises";
@@ -11,8 +14,11 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 
 const APP = process.env.FLASHBAR_APP;
-const SHOTS = process.env.E2E_SCREENSHOTS ?? "target/e2e-screenshots";
+const SHOTS = path.join(process.env.E2E_SCREENSHOTS ?? "target/e2e-screenshots", "light");
+const PAIR = "e2e-tiny";
 let driver;
+/** Points on the chart after the chat's answer. */
+let chatPoints = 0;
 
 async function shot(name) {
   await mkdir(SHOTS, { recursive: true });
@@ -45,6 +51,8 @@ before(async () => {
     .build();
   // The engine loads in the background; the banner says when it is ready.
   await driver.wait(until.elementLocated(By.css('[data-testid="engine-status"][data-state="ready"]')), 120_000);
+  const dark = await driver.executeScript("return matchMedia('(prefers-color-scheme: dark)').matches");
+  assert.equal(dark, false, "this pass is the light one");
 });
 
 after(async () => {
@@ -76,6 +84,7 @@ test("the metrics chart has a point per round", async () => {
   assert.ok(points > 0, `accept-chart has ${points} points`);
   const summary = await driver.findElement(byTest("metrics-summary")).getText();
   assert.match(summary, new RegExp(`^${points} rounds`), summary);
+  chatPoints = points;
   await shot("metrics");
 });
 
@@ -103,6 +112,15 @@ test("the local server switch serves the app's model over HTTP", async () => {
   assert.equal(body.object, "chat.completion");
   assert.ok(body.usage.completion_tokens > 0, JSON.stringify(body.usage));
   await shot("settings-server-on");
+  // The request's rounds reach the metrics chart like the chat's.
+  await tab("metrics");
+  const canvas = await driver.findElement(byTest("accept-chart"));
+  await driver.wait(
+    async () => Number(await canvas.getAttribute("data-points")) > chatPoints,
+    10_000,
+    `the HTTP request added no rounds to the ${chatPoints} of the chat`,
+  );
+  await tab("settings");
   // And off again: the port is released.
   await driver.findElement(byTest("server-toggle")).click();
   await driver.wait(until.elementLocated(By.css('[data-testid="server-status"][data-running="false"]')), 15_000);
@@ -129,7 +147,71 @@ test("the models view shows the pair in use and the doctor's verdict", async () 
       await shot("models-failed");
       throw error;
     });
-  assert.match(await refused.getText(), /Doctor: this pair cannot be used\.\s*✗ weights: /);
+  assert.match(await refused.getText(), /Doctor: this pair cannot be used\.\s*✗ /);
   assert.equal(await driver.findElement(byTest("use-pair")).isEnabled(), false);
   await shot("models");
+});
+
+// The pair's row is redrawn on every progress event: read it in one script
+// call, and retry a click that lands on a row just replaced.
+const ROW = `[data-testid="pair-${PAIR}"]`;
+
+/** The pair's progress bar value (percent), or -1 while it has none. */
+async function barValue() {
+  return driver.executeScript(`const b = document.querySelector('${ROW} progress'); return b ? b.value : -1;`);
+}
+
+async function rowState() {
+  return driver.executeScript(`return document.querySelector('${ROW}')?.dataset.state ?? null;`);
+}
+
+async function rowText(testid) {
+  return driver.executeScript(`return document.querySelector('${ROW} [data-testid="${testid}"]')?.textContent ?? "";`);
+}
+
+async function clickFresh(testid) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await driver.findElement(byTest(testid)).click();
+    } catch (error) {
+      if (error.name !== "StaleElementReferenceError" || attempt >= 5) throw error;
+    }
+  }
+}
+
+test("the models view downloads a pair from the local hub, cancels, resumes and loads it", async () => {
+  await tab("models");
+  await driver.wait(until.elementLocated(byTest(`pair-${PAIR}`)), 10_000);
+  assert.equal(await rowState(), "remote");
+  await driver.findElement(byTest(`download-${PAIR}`)).click();
+  let first = 0;
+  await driver.wait(async () => (first = await barValue()) > 0, 20_000, "the bar never moved off 0");
+  await driver.wait(async () => (await barValue()) > first + 5, 20_000, `the bar stayed at ${first}%`);
+  await shot("models-downloading");
+  const progress = await rowText("download-text");
+  assert.match(progress, /MB of \d+ MB · [\d.]+ [kM]B\/s · .+ left/, progress);
+  await clickFresh(`cancel-${PAIR}`);
+  await driver.wait(async () => (await rowState()) === "cancelled", 10_000, "not cancelled");
+  const paused = await barValue();
+  assert.ok(paused > 0 && paused < 100, `paused at ${paused}%`);
+  // Resume: the bar starts from the partial files, not from 0.
+  await clickFresh(`resume-${PAIR}`);
+  await driver.wait(async () => (await rowState()) !== "cancelled", 10_000);
+  let resumed = -1;
+  await driver.wait(async () => (resumed = await barValue()) > 0 || (await rowState()) === "local", 10_000);
+  assert.ok(resumed === -1 || resumed >= paused - 5, `resumed at ${resumed}% after pausing at ${paused}%`);
+  await driver.wait(async () => (await rowState()) === "local", 60_000, "the download did not finish");
+  await driver.wait(until.elementLocated(byTest("local-flashbar-e2e/tiny-target")), 5000);
+  assert.match(await driver.findElement(byTest("disk-use")).getText(), /MB in .+/);
+  // Choose it: the doctor's verdict, then the engine loads it.
+  await driver.findElement(byTest(`choose-${PAIR}`)).click();
+  await driver.wait(until.elementLocated(By.css('[data-testid="verdict"][data-ok="true"]')), 30_000);
+  await driver.findElement(byTest("use-pair")).click();
+  await driver.wait(
+    async () => (await driver.findElement(byTest("current-pair")).getText()).includes("models--flashbar-e2e--tiny-target"),
+    10_000,
+    "the engine did not switch to the downloaded pair",
+  );
+  await driver.wait(until.elementLocated(By.css('[data-testid="engine-status"][data-state="ready"]')), 120_000);
+  await shot("models-downloaded");
 });
