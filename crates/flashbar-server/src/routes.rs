@@ -7,6 +7,7 @@ use crate::auth;
 use crate::convert::{self, ModelNames, Parsed};
 use crate::error::ApiError;
 use crate::limits::Limits;
+use crate::server::ObserveRequests;
 use crate::worker::{CancelOnDrop, Event, Worker};
 use crate::{body, memory, sse};
 use axum::body::Body;
@@ -32,6 +33,8 @@ pub struct AppState {
     /// answers still running at shutdown.
     pub cut: watch::Receiver<bool>,
     pub limits: Limits,
+    /// Makes an observer for each generation, if asked.
+    pub observe: Option<ObserveRequests>,
 }
 
 impl AppState {
@@ -41,6 +44,16 @@ impl AppState {
         model_id: String,
         limits: Limits,
     ) -> (Arc<AppState>, watch::Sender<bool>) {
+        Self::observed(worker, model_id, limits, None)
+    }
+
+    /// Same, with an observer for each request's generation.
+    pub fn observed(
+        worker: Arc<Worker>,
+        model_id: String,
+        limits: Limits,
+        observe: Option<ObserveRequests>,
+    ) -> (Arc<AppState>, watch::Sender<bool>) {
         let (cut_tx, cut) = watch::channel(false);
         let state = AppState {
             worker,
@@ -48,6 +61,7 @@ impl AppState {
             created: now(),
             cut,
             limits,
+            observe,
         };
         (Arc::new(state), cut_tx)
     }
@@ -175,7 +189,11 @@ async fn start_answer(
     let submitted = Instant::now();
     let cancel = CancelToken::default();
     let guard = CancelOnDrop(cancel.clone());
-    let mut events = state.worker.submit(parsed.request, cancel)?;
+    let mut events = state.worker.submit_observed(
+        parsed.request,
+        cancel,
+        state.observe.as_ref().map(|make| (make.0)()),
+    )?;
     let stopping = || ApiError::unavailable("the server is shutting down");
     let first = tokio::select! {
         event = events.recv() => event,

@@ -6,7 +6,7 @@
 
 use crate::limits::Limits;
 use crate::routes::{self, AppState};
-use crate::worker::Worker;
+use crate::worker::{Observer, Worker};
 use crate::{cors, listen, DEFAULT_PORT};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -28,6 +28,18 @@ pub struct ServerOptions {
     pub shutdown_grace: Duration,
     /// Sizes and timeouts each client must keep to.
     pub limits: Limits,
+    /// Sees every request's tokens and rounds (the desktop app's metrics).
+    pub observe: Option<ObserveRequests>,
+}
+
+/// Makes an [`Observer`] for each request's generation.
+#[derive(Clone)]
+pub struct ObserveRequests(pub Arc<dyn Fn() -> Observer + Send + Sync>);
+
+impl std::fmt::Debug for ObserveRequests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ObserveRequests")
+    }
 }
 
 impl Default for ServerOptions {
@@ -38,6 +50,7 @@ impl Default for ServerOptions {
             cors_origins: Vec::new(),
             shutdown_grace: Duration::from_secs(5),
             limits: Limits::default(),
+            observe: None,
         }
     }
 }
@@ -72,7 +85,12 @@ impl Server {
         model_id: impl Into<String>,
         options: ServerOptions,
     ) -> Result<Server, ServerError> {
-        let (state, cut) = AppState::new(worker, model_id.into(), options.limits.clone());
+        let (state, cut) = AppState::observed(
+            worker,
+            model_id.into(),
+            options.limits.clone(),
+            options.observe.clone(),
+        );
         let mut app = routes::router(state, options.api_key.as_deref().map(Arc::from));
         if !options.cors_origins.is_empty() {
             app = app.layer(cors::layer(&options.cors_origins).map_err(ServerError::CorsOrigin)?);
@@ -207,5 +225,46 @@ mod tests {
         // The generation was cancelled well before its 60 x 5 ms.
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!worker.busy());
+    }
+
+    #[tokio::test]
+    async fn each_request_is_seen_by_an_observer_from_the_options() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        /// Counts the tokens it sees.
+        struct Count(Arc<AtomicUsize>);
+        impl flashbar_engine::Sink for Count {
+            fn token(&mut self, _id: u32, _from_draft: bool) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counter = seen.clone();
+        let options = ServerOptions {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            observe: Some(ObserveRequests(Arc::new(move || {
+                Box::new(Count(counter.clone())) as Observer
+            }))),
+            ..ServerOptions::default()
+        };
+        let server = Server::start(Arc::new(echo_worker(4, 0)), "echo", options)
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            let mut socket = tokio::net::TcpStream::connect(server.local_addr())
+                .await
+                .unwrap();
+            let body = r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":3}"#;
+            let request = format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            socket.write_all(request.as_bytes()).await.unwrap();
+            let mut answer = String::new();
+            socket.read_to_string(&mut answer).await.unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        }
+        assert_eq!(seen.load(Ordering::SeqCst), 6, "3 tokens per request");
+        server.stop().await;
     }
 }

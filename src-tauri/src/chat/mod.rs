@@ -2,6 +2,7 @@
 //! answer back as `chat:token` events (text + `from_draft`), one
 //! `chat:round` per decoding round (the metrics panel), then `chat:done`
 //! or `chat:error`. `chat_stop` cancels a running or queued answer.
+//! Requests to the local server report their rounds too ([`HttpRounds`]).
 
 mod pieces;
 
@@ -82,18 +83,37 @@ impl Sink for Observer {
     }
 
     fn round(&mut self, stats: &RoundStats) {
-        let ms = stats.draft_ms + stats.verify_ms + stats.rollback_ms;
-        let tokens_per_second = if ms > 0.0 {
-            stats.committed as f64 * 1000.0 / ms
-        } else {
-            0.0
-        };
-        let event = RoundEvent {
-            job: self.job,
-            stats,
-            tokens_per_second,
-        };
-        let _ = self.app.emit("chat:round", event);
+        emit_round(&self.app, self.job, stats);
+    }
+}
+
+/// Job id of the rounds of requests to the local server.
+pub const HTTP_JOB: u64 = 0;
+
+/// Sends one round to the metrics panel (`chat:round`); `job` is a chat
+/// answer's id, or [`HTTP_JOB`].
+pub fn emit_round(app: &AppHandle, job: u64, stats: &RoundStats) {
+    let ms = stats.draft_ms + stats.verify_ms + stats.rollback_ms;
+    let tokens_per_second = if ms > 0.0 {
+        stats.committed as f64 * 1000.0 / ms
+    } else {
+        0.0
+    };
+    let event = RoundEvent {
+        job,
+        stats,
+        tokens_per_second,
+    };
+    let _ = app.emit("chat:round", event);
+}
+
+/// Sees the rounds of a request to the local server, for the metrics
+/// panel (its text goes to the HTTP client only).
+pub struct HttpRounds(pub AppHandle);
+
+impl Sink for HttpRounds {
+    fn round(&mut self, stats: &RoundStats) {
+        emit_round(&self.0, HTTP_JOB, stats);
     }
 }
 

@@ -1,12 +1,13 @@
 //! The "Local server" switch: the OpenAI-compatible endpoint of
 //! flashbar-server, started over the app's own engine worker (the chat and
 //! HTTP clients queue fairly on the one loaded model) and stopped without
-//! unloading it. Its state goes to the UI as `server:status` and to the
+//! unloading it. Its requests' rounds go to the metrics panel like the
+//! chat's. Its state goes to the UI as `server:status` and to the
 //! tray's menu item.
 
 use crate::engine::EngineHandle;
 use crate::settings::SettingsHandle;
-use flashbar_server::{Server, ServerOptions};
+use flashbar_server::{ObserveRequests, Observer, Server, ServerOptions};
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use tauri::{AppHandle, Emitter, Manager, State};
@@ -78,6 +79,11 @@ pub async fn apply(app: &AppHandle) -> Result<ServerStatus, String> {
             let options = ServerOptions {
                 addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), settings.port),
                 api_key: key.clone(),
+                // Its requests' rounds reach the metrics panel too.
+                observe: Some(ObserveRequests(std::sync::Arc::new({
+                    let app = app.clone();
+                    move || Box::new(crate::chat::HttpRounds(app.clone())) as Observer
+                }))),
                 ..ServerOptions::default()
             };
             let pointer = std::sync::Arc::as_ptr(&worker) as usize;
