@@ -55,13 +55,23 @@ pub fn resolve(target: &str, drafter: &str) -> Result<Pair, String> {
     Ok(Pair { target, drafter })
 }
 
-/// A short name for the model (its folder's name), used as the server's
-/// model id.
+/// A short name for the model (its folder's name; for a snapshot in the
+/// HF cache, `models--owner--name/snapshots/<commit>`, the repo's
+/// `owner/name`), used as the server's model id.
 pub fn model_id(target: &Path) -> String {
-    std::fs::canonicalize(target)
-        .unwrap_or_else(|_| target.to_owned())
-        .file_name()
-        .map(|name| name.to_string_lossy().into_owned())
+    let dir = std::fs::canonicalize(target).unwrap_or_else(|_| target.to_owned());
+    fn name(p: Option<&Path>) -> Option<std::borrow::Cow<'_, str>> {
+        p.and_then(Path::file_name).map(|n| n.to_string_lossy())
+    }
+    if name(dir.parent()).as_deref() == Some("snapshots") {
+        if let Some(repo) = name(dir.parent().and_then(Path::parent)) {
+            if let Some(repo) = repo.strip_prefix("models--") {
+                return repo.replacen("--", "/", 1);
+            }
+        }
+    }
+    name(Some(&dir))
+        .map(|n| n.into_owned())
         .unwrap_or_else(|| "default".into())
 }
 
@@ -74,6 +84,13 @@ mod tests {
         let pair = resolve("", "").unwrap();
         assert!(pair.target.join("config.json").is_file(), "{pair:?}");
         assert!(pair.drafter.is_some());
+    }
+
+    #[test]
+    fn a_hub_snapshot_is_named_after_its_repo() {
+        let snapshot = Path::new("/nowhere/hub/models--me--tiny-model/snapshots/0123abc");
+        assert_eq!(model_id(snapshot), "me/tiny-model");
+        assert_eq!(model_id(Path::new("/nowhere/my-model")), "my-model");
     }
 
     #[test]
