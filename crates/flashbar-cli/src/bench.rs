@@ -178,6 +178,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         };
         let plain_speed = pooled(&runs);
         let last_half = |runs: &[flashbar_engine::Totals]| pooled(&runs[runs.len() / 2..]);
+        let plain_end_speed = last_half(&runs);
         let report = |runs: &[flashbar_engine::Totals], log: RoundLog| {
             (!runs.is_empty()).then(|| {
                 let speed = pooled(runs);
@@ -185,7 +186,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                     decode_tokens_per_second: speed,
                     mean_accept_len: median_of(runs, &|s| s.mean_accept_len),
                     speedup: speed / plain_speed,
-                    end_speedup: last_half(runs) / last_half(&runs),
+                    end_speedup: last_half(runs) / plain_end_speed,
                     rounds: log.0,
                 }
             })
