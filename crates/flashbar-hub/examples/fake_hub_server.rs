@@ -7,7 +7,6 @@
 //! Usage: `fake_hub_server [--chunk-delay-ms N] OWNER/NAME=DIR...`; prints
 //! `listening on http://127.0.0.1:PORT`, then serves until killed.
 
-#[allow(dead_code)]
 #[path = "../tests/common/fake_hub.rs"]
 mod fake_hub;
 
