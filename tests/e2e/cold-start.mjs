@@ -40,7 +40,14 @@ function once() {
       clearTimeout(timer);
       child.kill("SIGTERM");
       child.once("exit", () => {
-        rmSync(scratch, { recursive: true, force: true });
+        // WebKit's helper processes may still be writing their shader
+        // cache for a moment after the app exits: retry, and never let a
+        // leftover scratch folder fail the measurement.
+        try {
+          rmSync(scratch, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
+        } catch (error) {
+          console.error(`cold start: could not remove ${scratch}: ${error.message}`);
+        }
         result instanceof Error ? reject(result) : resolve(result);
       });
     };
