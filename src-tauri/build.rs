@@ -1,3 +1,18 @@
+//! Tauri's build step, with an app manifest of the commands the invoke
+//! handler registers: Tauri then checks every app command against the
+//! capabilities, so a command nobody granted is refused to the webview.
+
+#[path = "commands.rs"]
+mod commands;
+
 fn main() {
-    tauri_build::build()
+    println!("cargo:rerun-if-changed=src/lib.rs");
+    let lib_rs = std::fs::read_to_string("src/lib.rs").expect("read src/lib.rs");
+    let names = commands::registered(&lib_rs).unwrap_or_else(|e| panic!("{e}"));
+    // AppManifest keeps &'static names; the build script ends right after.
+    let names: &'static [&'static str] =
+        Vec::leak(names.into_iter().map(|name| &*String::leak(name)).collect());
+    let manifest = tauri_build::AppManifest::new().commands(names);
+    tauri_build::try_build(tauri_build::Attributes::new().app_manifest(manifest))
+        .expect("tauri build step");
 }

@@ -1,17 +1,19 @@
-//! The user's settings, kept with tauri-plugin-store (`settings.json` in
-//! the app's data folder): the local server (enabled, port, API key), the
-//! default target + drafter, the speculation mode and launch at login.
+//! The user's settings, kept in `settings.json` in the app's data folder
+//! (written crash-safely by [`file`]): the local server (enabled, port, API
+//! key), the default target + drafter, the speculation mode and launch at
+//! login.
 //! Saving applies them: the server restarts, the model reloads when the
 //! pair changed, login items follow the switch.
 
 use flashbar_engine::Speculation;
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use tauri::{AppHandle, Manager, State};
-use tauri_plugin_store::StoreExt;
 
-const STORE_FILE: &str = "settings.json";
-const KEY: &str = "settings";
+pub mod file;
+
+const FILE_NAME: &str = "settings.json";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -90,27 +92,28 @@ impl SettingsHandle {
 /// Reads the saved settings; unreadable or invalid ones fall back to the
 /// defaults (with a warning) rather than stopping the app.
 pub fn load(app: &AppHandle) -> Settings {
-    let saved = app.store(STORE_FILE).map(|store| store.get(KEY));
-    let settings = match saved {
-        Ok(Some(value)) => serde_json::from_value::<Settings>(value)
-            .map_err(|e| e.to_string())
-            .and_then(|s| s.check().map(|()| s)),
-        Ok(None) => Ok(Settings::default()),
-        Err(error) => Err(error.to_string()),
-    };
+    let settings = path(app)
+        .and_then(|path| file::read(&path))
+        .and_then(|saved| {
+            let settings = saved.unwrap_or_default();
+            settings.check().map(|()| settings)
+        });
     settings.unwrap_or_else(|error| {
         eprintln!("flashbar-app: settings ignored ({error}); using the defaults");
         Settings::default()
     })
 }
 
+fn path(app: &AppHandle) -> Result<PathBuf, String> {
+    let dir = app
+        .path()
+        .app_data_dir()
+        .map_err(|e| format!("no app data folder: {e}"))?;
+    Ok(dir.join(FILE_NAME))
+}
+
 fn save(app: &AppHandle, settings: &Settings) -> Result<(), String> {
-    let store = app.store(STORE_FILE).map_err(|e| e.to_string())?;
-    let value = serde_json::to_value(settings).map_err(|e| e.to_string())?;
-    store.set(KEY, value);
-    store
-        .save()
-        .map_err(|e| format!("cannot save the settings: {e}"))
+    file::write(&path(app)?, settings).map_err(|e| format!("cannot save the settings: {e}"))
 }
 
 #[tauri::command]
