@@ -6,9 +6,11 @@
 //!
 //! Folders: [`engine`] (background load, the pair to load), [`chat`],
 //! [`models`] (catalogue, downloads, local store, the doctor's verdict),
-//! [`server`] (the local endpoint switch), [`settings`]
-//! (tauri-plugin-store), [`shell`] (tray, window, macOS specifics).
+//! [`server`] (the local endpoint switch), [`settings`], [`shell`] (tray,
+//! window, macOS specifics); [`atomic`] writes the settings file
+//! crash-safely.
 
+mod atomic;
 mod chat;
 mod engine;
 mod models;
@@ -62,7 +64,6 @@ pub fn run() {
         .plugin(tauri_plugin_single_instance::init(|app, _args, _cwd| {
             shell::window::show(app, None)
         }))
-        .plugin(tauri_plugin_store::Builder::default().build())
         .plugin(tauri_plugin_autostart::init(
             tauri_plugin_autostart::MacosLauncher::LaunchAgent,
             None,

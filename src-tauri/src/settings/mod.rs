@@ -105,11 +105,7 @@ pub fn load(app: &AppHandle) -> Settings {
 }
 
 fn path(app: &AppHandle) -> Result<PathBuf, String> {
-    let dir = app
-        .path()
-        .app_data_dir()
-        .map_err(|e| format!("no app data folder: {e}"))?;
-    Ok(dir.join(FILE_NAME))
+    crate::atomic::app_data_file(app, FILE_NAME)
 }
 
 fn save(app: &AppHandle, settings: &Settings) -> Result<(), String> {

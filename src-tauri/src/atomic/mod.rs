@@ -1,0 +1,48 @@
+//! The app's own state files (`settings.json`, `conversations.json` in the
+//! app's data folder), written so that a crash or SIGKILL at any moment
+//! leaves them readable: the new text goes to a temp file in the same
+//! folder, is fsynced, then renamed over the old file (and the folder
+//! fsynced, so the rename itself survives a power cut). A reader sees the
+//! old text or the new one, never a mix; at worst the last change is lost.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use tauri::{AppHandle, Manager};
+
+/// One write at a time in this process, so two saves never share a temp
+/// file (the app is single-instance: no other process writes these files).
+static WRITING: Mutex<()> = Mutex::new(());
+
+/// Replaces `path` with `bytes` atomically (creating its folder if needed).
+pub fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let _one_at_a_time = WRITING.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    // One fixed temp name per file: a killed write leaves at most one
+    // behind, which the next write truncates.
+    let temp = dir.join(format!(".{name}.tmp"));
+    let mut file = File::create(&temp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&temp, path)?;
+    File::open(dir)?.sync_all()
+}
+
+/// `name` in the app's data folder.
+pub fn app_data_file(app: &AppHandle, name: &str) -> Result<PathBuf, String> {
+    let dir = app
+        .path()
+        .app_data_dir()
+        .map_err(|e| format!("no app data folder: {e}"))?;
+    Ok(dir.join(name))
+}
+
+#[cfg(test)]
+pub mod kill_test;
