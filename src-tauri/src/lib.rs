@@ -6,13 +6,14 @@
 //!
 //! Folders: [`engine`] (background load, the pair to load), [`chat`],
 //! [`models`] (catalogue, downloads, local store, the doctor's verdict),
-//! [`server`] (the local endpoint switch), [`settings`], [`shell`] (tray,
-//! window, macOS specifics); [`atomic`] writes the settings file
-//! crash-safely.
+//! [`server`] (the local endpoint switch), [`settings`], [`history`] (the
+//! saved conversations), [`shell`] (tray, window, macOS specifics);
+//! [`atomic`] writes the settings and history files crash-safely.
 
 mod atomic;
 mod chat;
 mod engine;
+mod history;
 mod models;
 mod server;
 mod settings;
@@ -92,6 +93,8 @@ pub fn run() {
             server::server_status,
             settings::settings_get,
             settings::settings_set,
+            history::history_load,
+            history::history_save,
         ])
         .setup(|app| {
             shell::menu_bar_only(app);

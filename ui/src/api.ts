@@ -153,6 +153,10 @@ export const api = {
   modelsDownloads: () => invoke<DownloadState[]>("models_downloads"),
   modelsDownload: (pair: string) => invoke<void>("models_download", { pair }),
   modelsCancel: (pair: string) => invoke<boolean>("models_cancel", { pair }),
+  /** The saved conversations: a JSON array as text ("[]" when none). */
+  historyLoad: () => invoke<string>("history_load"),
+  /** Replaces the saved conversations (crash-safe: atomic write + rename). */
+  historySave: (json: string) => invoke<void>("history_save", { json }),
 };
 
 function on<T>(name: string) {
