@@ -8,7 +8,7 @@
 // in light mode (dark.test.mjs takes the dark ones).
 import { Builder, By, until } from "selenium-webdriver";
 import assert from "node:assert/strict";
-import { writeFile, mkdir } from "node:fs/promises";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -73,6 +73,18 @@ test("chat streams an answer from the engine", async () => {
   const footer = await driver.findElement(By.css('[data-testid="turn-assistant"] footer')).getText();
   assert.match(footer, /^(stop|length) · \d+ tokens/, footer);
   await shot("chat-answered");
+  // Saved through the app shell to the history file (atomic write), not to
+  // the webview's localStorage.
+  const file = path.join(process.env.XDG_DATA_HOME ?? "", "app.flashbar.desktop", "conversations.json");
+  let saved = [];
+  const finished = async () => {
+    saved = JSON.parse(await readFile(file, "utf8").catch(() => "[]"));
+    return saved[0]?.turns?.[1]?.finish === footer;
+  };
+  await driver.wait(finished, 10_000, `the answer is not in ${file}`);
+  assert.equal(saved[0].turns[0].segments[0].text, "def fib(n):");
+  assert.equal(await driver.executeScript("return localStorage.getItem('flashbar.conversations')"), null);
+  assert.equal(await driver.findElement(byTest("history-problem")).isDisplayed(), false);
 });
 
 test("the metrics chart has a point per round", async () => {

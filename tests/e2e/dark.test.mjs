@@ -45,7 +45,10 @@ test("every view in dark mode", async () => {
   const background = await driver.executeScript("return getComputedStyle(document.body).backgroundColor");
   assert.ok(Number(/\d+/.exec(background)[0]) < 64, background);
   await tab("chat");
-  // The light pass's conversation is kept: start a new one.
+  // The light pass's conversation is kept (in the history file, across the
+  // restart): it is open, with its answer. Start a new one.
+  assert.match(await driver.findElement(byTest("turn-user")).getText(), /def fib/);
+  assert.equal((await driver.findElements(byTest("turn-assistant"))).length, 1);
   await driver.findElement(byTest("new-chat")).click();
   await driver.wait(async () => (await driver.findElements(byTest("turn-assistant"))).length === 0, 5000);
   await driver.findElement(byTest("chat-input")).sendKeys("def add(a, b):");

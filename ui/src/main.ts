@@ -1,7 +1,8 @@
 // The web UI's entry: a tab bar over the four views (Chat, Models, Metrics,
 // Settings), the engine's load progress, and the wiring of the app shell's
 // events to the views.
-import { api, events, type EngineStatus, type View } from "./api";
+import { api, errorText, events, type EngineStatus, type View } from "./api";
+import { openHistory, unsavedHistory } from "./chat/saved";
 import { ChatView } from "./chat/view";
 import { el } from "./dom";
 import { MetricsView } from "./metrics/view";
@@ -35,7 +36,21 @@ function engineBanner(banner: HTMLElement, status: EngineStatus): void {
 }
 
 async function main(root: HTMLElement): Promise<void> {
-  const chat = new ChatView();
+  // Save problems go to the chat view (and the console), once it exists.
+  let chat: ChatView | undefined;
+  let early: string | null = null;
+  const report = (problem: string | null) => {
+    if (problem) console.error(`flashbar: ${problem}`);
+    if (chat) chat.showHistoryProblem(problem);
+    else early = problem;
+  };
+  const file = { load: api.historyLoad, save: api.historySave };
+  const history = await openHistory(file, localStorage, report).catch((error: unknown) => {
+    report(`The conversations could not be loaded: ${errorText(error)}`);
+    return unsavedHistory(errorText(error), report);
+  });
+  chat = new ChatView(history);
+  chat.showHistoryProblem(early);
   const models = new ModelsView();
   const metrics = new MetricsView();
   const settings = new SettingsView();

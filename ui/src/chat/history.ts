@@ -1,6 +1,7 @@
-// Conversations, kept in the webview's localStorage (under the app's data
-// folder), so the history survives restarts. Pure data + a storage port, so
-// it is tested without a window.
+// Conversations: pure data + a storage port (one JSON array under
+// HISTORY_KEY), so it is tested without a window. The app's port
+// (saved.ts) writes through to conversations.json in the app's data folder,
+// so the history survives restarts and crashes.
 import type { Segment } from "./markdown";
 
 export interface Turn {
@@ -20,7 +21,7 @@ export interface Conversation {
   updated: number;
 }
 
-const KEY = "flashbar.conversations";
+export const HISTORY_KEY = "flashbar.conversations";
 const MAX_CONVERSATIONS = 50;
 
 export interface StoragePort {
@@ -46,7 +47,7 @@ export function newConversation(now = Date.now()): Conversation {
 /** Saved conversations, newest first; unreadable data gives none. */
 export function loadAll(storage: StoragePort): Conversation[] {
   try {
-    const parsed: unknown = JSON.parse(storage.getItem(KEY) ?? "[]");
+    const parsed: unknown = JSON.parse(storage.getItem(HISTORY_KEY) ?? "[]");
     return Array.isArray(parsed) ? (parsed as Conversation[]).filter((c) => c && Array.isArray(c.turns)) : [];
   } catch {
     return [];
@@ -60,13 +61,13 @@ export function save(storage: StoragePort, conversation: Conversation): Conversa
     .filter((c) => c.turns.length > 0)
     .sort((a, b) => b.updated - a.updated)
     .slice(0, MAX_CONVERSATIONS);
-  storage.setItem(KEY, JSON.stringify(all));
+  storage.setItem(HISTORY_KEY, JSON.stringify(all));
   return all;
 }
 
 export function remove(storage: StoragePort, id: string): Conversation[] {
   const all = loadAll(storage).filter((c) => c.id !== id);
-  storage.setItem(KEY, JSON.stringify(all));
+  storage.setItem(HISTORY_KEY, JSON.stringify(all));
   return all;
 }
 

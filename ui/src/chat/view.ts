@@ -13,6 +13,7 @@ import {
   titleFrom,
   turnText,
   type Conversation,
+  type StoragePort,
   type Turn,
 } from "./history";
 import { renderAnswer } from "./markdown";
@@ -30,6 +31,7 @@ export class ChatView {
   private system = el("textarea", { rows: "2", placeholder: "System prompt (optional)", "data-testid": "system" });
   private temperature = el("input", { type: "range", min: "0", max: "2", step: "0.1", "data-testid": "temperature" });
   private temperatureLabel = el("span");
+  private problem = el("p", { class: "error", role: "alert", "data-testid": "history-problem", hidden: "" });
   private job: number | null = null;
   /** Events that came before `chat_send` answered with the job id. */
   private early: JobEvent[] = [];
@@ -37,7 +39,8 @@ export class ChatView {
   private answerNode: HTMLElement | null = null;
   private renderQueued = false;
 
-  constructor(private storage: Storage = localStorage) {
+  /** `storage`: where conversations are kept (saved.ts: the history file). */
+  constructor(private storage: StoragePort) {
     this.conversation = loadAll(storage)[0] ?? newConversation();
     const newChat = el("button", { "data-testid": "new-chat", text: "New chat" });
     const deleteChat = el("button", { title: "Delete this conversation", text: "Delete" });
@@ -76,8 +79,14 @@ export class ChatView {
     });
     const bar = el("div", { class: "bar" }, this.picker, newChat, deleteChat);
     const composer = el("div", { class: "composer" }, this.input, el("div", { class: "actions" }, this.regenerate, this.send));
-    this.root.append(bar, options, this.list, composer);
+    this.root.append(bar, this.problem, options, this.list, composer);
     this.open(this.conversation);
+  }
+
+  /** Shows a problem saving the history (null: none any more). */
+  showHistoryProblem(problem: string | null): void {
+    this.problem.textContent = problem ?? "";
+    this.problem.hidden = problem === null;
   }
 
   /** Routes a streamed event to the answer being written. */
