@@ -227,3 +227,22 @@ test("the models view downloads a pair from the local hub, cancels, resumes and 
   await driver.wait(until.elementLocated(By.css('[data-testid="engine-status"][data-state="ready"]')), 120_000);
   await shot("models-downloaded");
 });
+
+/** What the CSP blocked so far (main.ts counts it). */
+async function cspViolations() {
+  return Number(await driver.executeScript("return document.documentElement.dataset.cspViolations ?? 0"));
+}
+
+test("the CSP lets in all of the app's own content and nothing remote", async () => {
+  // Every view has been shown with real content (markdown, highlighted
+  // code, charts, downloads): none of it was blocked.
+  assert.equal(await cspViolations(), 0, "the CSP blocked some of the app's own content");
+  await tab("chat");
+  await driver.executeScript(`
+    const img = document.createElement("img");
+    img.dataset.testid = "remote-image";
+    img.src = "https://example.com/remote.png";
+    document.body.append(img);`);
+  await driver.wait(async () => (await cspViolations()) === 1, 5000, "a remote image was not blocked");
+  await driver.executeScript(`document.querySelector('[data-testid="remote-image"]').remove()`);
+});

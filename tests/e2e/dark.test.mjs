@@ -67,4 +67,6 @@ test("every view in dark mode", async () => {
   await shot("models");
   await tab("settings");
   await shot("settings");
+  const blocked = await driver.executeScript("return document.documentElement.dataset.cspViolations ?? 0");
+  assert.equal(Number(blocked), 0, "the CSP blocked some of the app's own content");
 });

@@ -11,6 +11,15 @@ import { SettingsView } from "./settings/view";
 import "highlight.js/styles/github.css";
 import "./style.css";
 
+// The CSP (src-tauri/tauri.conf.json) lets in nothing but the app's own
+// files: anything it blocks is a bug (or an attack) worth seeing. Counted on
+// <html data-csp-violations> for the e2e tests.
+document.addEventListener("securitypolicyviolation", (event) => {
+  console.error(`flashbar: the CSP blocked ${event.blockedURI || "inline content"} (${event.effectiveDirective})`);
+  const root = document.documentElement;
+  root.dataset.cspViolations = String(Number(root.dataset.cspViolations ?? "0") + 1);
+});
+
 const TABS: [View, string][] = [
   ["chat", "Chat"],
   ["models", "Models"],
