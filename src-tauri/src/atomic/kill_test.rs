@@ -4,9 +4,12 @@
 //! moments, round after round. Before each kill the parent waits until the
 //! child has saved something new (so a slow, loaded machine still makes
 //! progress every round), then waits a varying few milliseconds more, so the
-//! kill lands at a random point, usually inside a later write. After each
-//! kill the file must parse, carry a number at least as high as any seen
-//! before (it never goes back), and temp files must not pile up.
+//! kill lands at a random point of the loop; on every other round it then
+//! also waits for the temp file to appear and kills within the next
+//! millisecond, inside a write (about half the kills land inside one: the
+//! count is printed). After each kill the file must parse, carry a number
+//! at least as high as any seen before (it never goes back), and temp files
+//! must not pile up. Reads while the child writes must parse too.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -37,6 +40,8 @@ pub fn kill_writers(
 ) {
     let mut random = Random::new();
     let mut last: Option<u64> = None;
+    // Rounds whose kill left the temp file: it landed inside a write.
+    let mut inside_writes = 0;
     for round in 0..rounds {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", child_test, "--ignored", "--test-threads=1"])
@@ -48,8 +53,19 @@ pub fn kill_writers(
         let seen = wait_for_a_new_save(&mut child, path, last, &number)
             .unwrap_or_else(|e| panic!("round {round} (seed {}): {e}", random.seed));
         std::thread::sleep(Duration::from_micros(random.below(25_000)));
+        if round % 2 == 0 {
+            // Aim inside a write: once the temp file is there, a moment more.
+            let aim = Instant::now();
+            while !temp_file_left(path) && aim.elapsed() < Duration::from_secs(5) {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_micros(random.below(1_000)));
+        }
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
+        if temp_file_left(path) {
+            inside_writes += 1;
+        }
         let saved = number(path)
             .unwrap_or_else(|e| panic!("round {round} (seed {}): unreadable: {e}", random.seed));
         match saved {
@@ -60,10 +76,17 @@ pub fn kill_writers(
             ),
         }
     }
+    eprintln!("{child_test}: {inside_writes} of {rounds} kills landed inside a write");
     let dir = path.parent().unwrap();
     let left: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
     assert!(left.len() <= 2, "temp files pile up: {left:?}");
     assert!(last.is_some_and(|n| n + 1 >= u64::from(rounds)), "{last:?}");
+}
+
+/// Whether the writer's temp file is there (see [`super::write`]).
+fn temp_file_left(path: &Path) -> bool {
+    let name = path.file_name().unwrap().to_string_lossy();
+    path.with_file_name(format!(".{name}.tmp")).exists()
 }
 
 /// Polls the file until it holds a number above `last`, and returns it.
