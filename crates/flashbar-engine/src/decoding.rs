@@ -183,9 +183,11 @@ impl Decoding<'_, '_> {
     ) -> Result<Pending> {
         let taps = self.taps();
         let logits = if taps.is_empty() {
-            self.model.forward(input, &mut run.cache)?
+            self.model.forward_last(input, &mut run.cache)?
         } else {
-            let (logits, tapped) = self.model.forward_with_taps(input, &mut run.cache, &taps)?;
+            let (logits, tapped) =
+                self.model
+                    .forward_last_with_taps(input, &mut run.cache, &taps)?;
             run.context.push(tapped);
             logits
         };

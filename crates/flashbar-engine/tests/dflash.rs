@@ -1,5 +1,5 @@
 //! The DFlash loop is lossless: on dense and MoE fixtures, with real (random)
-//! drafters, token ids equal plain decoding's for 30 prompts x block sizes
+//! drafters, token ids equal plain decoding's for 32 prompts (two long) x block sizes
 //! {4, 8, 16}, greedy and sampled; streaming equals the final result; and
 //! with proposers whose drafts are known, acceptance, truncation at EOS /
 //! stop / max_tokens, and the mask token behave exactly.
@@ -57,9 +57,11 @@ fn prompts() -> Vec<String> {
         "café",
         "日本語",
     ];
-    (0..30)
+    // The last two are long enough for the CPU's gemm prefill
+    // (flashbar_models::nn::linear::CPU_GEMM_FROM_ROWS).
+    (0..32)
         .map(|i| {
-            let len = 1 + i % 7;
+            let len = if i < 30 { 1 + i % 7 } else { 40 + i };
             (0..len)
                 .map(|j| words[(i * 7 + j * 3) % words.len()])
                 .collect::<Vec<_>>()
@@ -105,7 +107,7 @@ fn run(engine: &Engine, request: &GenerateRequest) -> (Generation, Recorder) {
     (generation, recorder)
 }
 
-/// 30 prompts x blocks {4, 8, 16} on one pair at one temperature.
+/// 32 prompts x blocks {4, 8, 16} on one pair at one temperature.
 fn dflash_equals_plain_decoding((target, drafter): (&str, &str), temperature: f32) {
     let engine = pair(target, drafter);
     let mut rounds = 0;

@@ -14,6 +14,7 @@ use crate::qwen3_5_moe;
 use crate::spec::{self, Header};
 use mlx_rs::fast::rms_norm;
 use mlx_rs::ops::concatenate;
+use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::Array;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -144,7 +145,14 @@ impl Model {
 
     /// Logits `[B, L, vocab]` for `tokens` `[B, L]`, continuing from `cache`.
     pub fn forward(&self, tokens: &Array, cache: &mut [LayerCache]) -> Result<Array> {
-        Ok(self.run(tokens, cache, &[], false)?.logits)
+        Ok(self.run(tokens, cache, &[], Logits::All, false)?.logits)
+    }
+
+    /// [`Model::forward`] with the logits of the last position only
+    /// (`[B, 1, vocab]`): a prefill then skips the output head on every other
+    /// prompt token.
+    pub fn forward_last(&self, tokens: &Array, cache: &mut [LayerCache]) -> Result<Array> {
+        Ok(self.run(tokens, cache, &[], Logits::Last, false)?.logits)
     }
 
     /// [`Model::forward`], also returning the outputs of the layers `taps`
@@ -155,7 +163,19 @@ impl Model {
         cache: &mut [LayerCache],
         taps: &[usize],
     ) -> Result<(Array, Array)> {
-        let out = self.run(tokens, cache, taps, false)?;
+        let out = self.run(tokens, cache, taps, Logits::All, false)?;
+        Ok((out.logits, out.taps.expect("taps requested")))
+    }
+
+    /// [`Model::forward_with_taps`] with the logits of the last position
+    /// only; the taps still cover every position.
+    pub fn forward_last_with_taps(
+        &self,
+        tokens: &Array,
+        cache: &mut [LayerCache],
+        taps: &[usize],
+    ) -> Result<(Array, Array)> {
+        let out = self.run(tokens, cache, taps, Logits::Last, false)?;
         Ok((out.logits, out.taps.expect("taps requested")))
     }
 
@@ -167,7 +187,7 @@ impl Model {
         cache: &mut [LayerCache],
         taps: &[usize],
     ) -> Result<(Array, Array, Tape)> {
-        let out = self.run(tokens, cache, taps, true)?;
+        let out = self.run(tokens, cache, taps, Logits::All, true)?;
         let tape = Tape {
             layers: out.tapes,
             tokens: tokens.shape()[1],
@@ -210,6 +230,7 @@ impl Model {
         tokens: &Array,
         cache: &mut [LayerCache],
         taps: &[usize],
+        logits: Logits,
         record: bool,
     ) -> Result<RunOutput> {
         let eps = self.config.text.rms_norm_eps;
@@ -257,6 +278,10 @@ impl Model {
             })?;
             Some(concatenate(&tapped, -1)?)
         };
+        let h = match logits {
+            Logits::All => h,
+            Logits::Last => h.index((.., -1.., ..)),
+        };
         let h = rms_norm(&h, Some(&self.norm), eps)?;
         Ok(RunOutput {
             logits: self.lm_head(&h)?,
@@ -275,6 +300,13 @@ impl Tape {
             .flat_map(GdnTape::arrays)
             .collect()
     }
+}
+
+/// Which positions [`Model::run`] computes logits for.
+#[derive(Clone, Copy)]
+enum Logits {
+    All,
+    Last,
 }
 
 struct RunOutput {

@@ -127,3 +127,38 @@ fn bf16_checkpoint_matches_mlx_lm_within_bf16_rounding() {
     eprintln!("{name}: worst difference {units:.2} x 2^-8 of the largest logit {largest}");
     assert!(units <= 8.0, "{name}: logits differ by {units} bf16 units");
 }
+
+/// A prompt long enough for the CPU's dequantize-then-gemm prefill
+/// (`CPU_GEMM_FROM_ROWS`) gives the logits that decoding it token by token
+/// (the quantized kernel, checked against mlx-lm above) gives, at every
+/// position; and `forward_last` is the last of them.
+#[test]
+fn long_quantized_prefill_matches_token_by_token_decode() {
+    use flashbar_models::nn::linear::CPU_GEMM_FROM_ROWS;
+    for name in ["dense-mlx-4bit", "moe-mlx-8bit"] {
+        let model = Model::load(&fixture(name)).unwrap();
+        let tokens = &reference(name)["tokens"];
+        let repeats = CPU_GEMM_FROM_ROWS / tokens.shape()[0] + 2;
+        let long = mlx_rs::ops::concatenate(&vec![tokens.clone(); repeats as usize], 0).unwrap();
+        let n = long.shape()[0];
+        assert!(n >= CPU_GEMM_FROM_ROWS + 1, "{n} tokens");
+        let prompt = long.reshape(&[1, n]).unwrap();
+        let prefill = model.forward(&prompt, &mut model.new_cache()).unwrap();
+        let last = model.forward_last(&prompt, &mut model.new_cache()).unwrap();
+        let diff = max_abs_diff(&last.index((0, 0)), &prefill.index((0, n - 1)));
+        assert!(
+            diff <= F32_TOLERANCE,
+            "{name}: forward_last differs by {diff}"
+        );
+        let mut cache = model.new_cache();
+        for t in 0..n {
+            let step = long.index(t..t + 1).reshape(&[1, 1]).unwrap();
+            let logits = model.forward(&step, &mut cache).unwrap().index((0, 0));
+            let diff = max_abs_diff(&logits, &prefill.index((0, t)));
+            assert!(
+                diff <= F32_TOLERANCE,
+                "{name}: position {t} of {n} differs by {diff}"
+            );
+        }
+    }
+}

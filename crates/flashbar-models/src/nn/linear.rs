@@ -4,9 +4,19 @@
 
 use crate::config::{QuantParams, Quantization};
 use crate::error::{ModelError, Result};
+use flashbar_mlx::device::{self, Backend};
 use mlx_rs::ops::{dequantize, gather_mm, gather_qmm, matmul, quantized_matmul};
-use mlx_rs::Array;
+use mlx_rs::{Array, Dtype};
 use std::collections::HashMap;
+
+/// From this many rows on, the CPU multiplies by the dequantized weight
+/// (one BLAS gemm) instead of MLX's quantized kernel, whose cost there grows
+/// with every row (a 2,000-token prefill: seconds per layer against tens of
+/// milliseconds). Above the largest verify block on purpose: decode and
+/// verify keep the quantized kernel, whose rows do not depend on how many
+/// there are, so a verified block still equals decoding it token by token;
+/// only prefill (shared by every mode) takes the gemm.
+pub const CPU_GEMM_FROM_ROWS: i32 = 64;
 
 /// The loaded tensors, handed out once each by name.
 pub struct Weights {
@@ -87,6 +97,12 @@ impl LinearWeight {
     fn apply(&self, x: &Array) -> Result<Array> {
         Ok(match self {
             LinearWeight::Dense(w) => matmul(x, w.t())?,
+            LinearWeight::Quantized(q) if prefers_gemm(x) => {
+                // In f32, so the CPU's BLAS sgemm runs it whatever the dtype.
+                let w = dequantize(&q.weight, &q.scales, &q.biases, q.group_size, q.bits)?
+                    .as_dtype(Dtype::Float32)?;
+                matmul(x.as_dtype(Dtype::Float32)?, w.t())?.as_dtype(x.dtype())?
+            }
             LinearWeight::Quantized(q) => quantized_matmul(
                 x,
                 &q.weight,
@@ -98,6 +114,13 @@ impl LinearWeight {
             )?,
         })
     }
+}
+
+/// Whether `x` has enough rows for the CPU's dequantize-then-gemm path.
+fn prefers_gemm(x: &Array) -> bool {
+    let shape = x.shape();
+    let rows: i32 = shape[..shape.len().saturating_sub(1)].iter().product();
+    rows >= CPU_GEMM_FROM_ROWS && device::current() == Backend::Cpu
 }
 
 /// `y = x W^T (+ b)`.
@@ -181,5 +204,62 @@ impl SwitchLinear {
                 false,
             )?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mlx_rs::ops::{abs, quantize};
+
+    fn quantized_linear(out: i32, inp: i32) -> Linear {
+        let w = mlx_rs::random::normal::<f32>(&[out, inp], None, None, None).unwrap();
+        let (weight, scales, biases) = quantize(&w, 64, 8).unwrap();
+        let packed = Packed {
+            weight,
+            scales,
+            biases,
+            group_size: 64,
+            bits: 8,
+        };
+        Linear {
+            weight: LinearWeight::Quantized(packed),
+            bias: None,
+        }
+    }
+
+    fn kernel(linear: &Linear, x: &Array) -> Array {
+        let LinearWeight::Quantized(q) = &linear.weight else {
+            unreachable!("quantized_linear")
+        };
+        quantized_matmul(x, &q.weight, &q.scales, &q.biases, true, 64, 8).unwrap()
+    }
+
+    fn largest(a: &Array) -> f32 {
+        abs(a).unwrap().max(None).unwrap().item::<f32>()
+    }
+
+    /// Below the threshold (decode, verify blocks) the quantized kernel runs
+    /// unchanged, bit for bit; from it on (CPU prefill) the gemm gives the
+    /// same values up to f32 summation order.
+    #[test]
+    fn rows_choose_the_kernel_or_the_gemm() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let linear = quantized_linear(96, 128);
+        let few =
+            mlx_rs::random::normal::<f32>(&[1, CPU_GEMM_FROM_ROWS - 1, 128], None, None, None)
+                .unwrap();
+        assert!(!prefers_gemm(&few));
+        let ours = linear.forward(&few).unwrap();
+        assert_eq!(largest(&ours.subtract(kernel(&linear, &few)).unwrap()), 0.0);
+
+        let many =
+            mlx_rs::random::normal::<f32>(&[2, CPU_GEMM_FROM_ROWS, 128], None, None, None).unwrap();
+        assert!(prefers_gemm(&many));
+        let ours = linear.forward(&many).unwrap();
+        let expected = kernel(&linear, &many);
+        assert_eq!(ours.shape(), expected.shape());
+        let diff = largest(&ours.subtract(&expected).unwrap());
+        assert!(diff <= 1e-5 * largest(&expected), "gemm differs by {diff}");
     }
 }
