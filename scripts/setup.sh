@@ -14,7 +14,7 @@ say() { printf '[setup] %s\n' "$*"; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 apt_packages=(
-  build-essential g++ pkg-config libclang-dev xz-utils
+  build-essential g++ pkg-config libclang-dev xz-utils libopenblas0-pthread
   python3 python3-venv python3-pip
   libwebkit2gtk-4.1-dev libgtk-3-dev libayatana-appindicator3-dev librsvg2-dev
   libssl-dev libxdo-dev

@@ -5,6 +5,7 @@
 //! workspace's rpath (`.cargo/config.toml`: `$ORIGIN/mlx/lib`, and one folder
 //! up for tests) finds them, so nothing needs LD_LIBRARY_PATH.
 
+use crate::blas;
 use crate::wheel::{self, Wheel};
 use std::env;
 use std::fs;
@@ -107,11 +108,27 @@ fn profile_dir(out_dir: &Path) -> PathBuf {
 /// Links `mlx/` and the wheel's library folder into the profile folder, and for
 /// CUDA the `nvidia` wheels folder that libmlx's RPATH names (`../../nvidia`).
 fn place_beside_binaries(wheel: &Wheel, root: &Path, profile_dir: &Path, cuda: bool) {
-    symlink_fresh(&root.join("mlx"), &profile_dir.join("mlx"));
-    symlink_fresh(
-        &root.join(wheel.libs_dir),
-        &profile_dir.join(wheel.libs_dir),
-    );
+    if cuda {
+        symlink_fresh(&root.join("mlx"), &profile_dir.join("mlx"));
+        symlink_fresh(
+            &root.join(wheel.libs_dir),
+            &profile_dir.join(wheel.libs_dir),
+        );
+    } else {
+        // Real folders of links: libmlx's RPATH (`$ORIGIN/../../<libs>`)
+        // resolves `..` physically, so a linked `mlx/` would lead back into
+        // the unpacked wheel and its reference BLAS.
+        let openblas = blas::openblas();
+        link_each(&root.join("mlx"), &profile_dir.join("mlx"), &|_| None);
+        link_each(&root.join("mlx/lib"), &profile_dir.join("mlx/lib"), &|_| {
+            None
+        });
+        link_each(
+            &root.join(wheel.libs_dir),
+            &profile_dir.join(wheel.libs_dir),
+            &|file| openblas.clone().filter(|_| blas::is_wheel_blas(file)),
+        );
+    }
     if cuda {
         match nvidia_wheels_dir() {
             Some(dir) => {
@@ -135,6 +152,26 @@ fn nvidia_wheels_dir() -> Option<PathBuf> {
     let path = String::from_utf8(output.stdout).ok()?;
     let path = PathBuf::from(path.trim());
     (output.status.success() && path.is_dir()).then_some(path)
+}
+
+/// Makes `dir` a real folder holding a link to each entry of `source`
+/// (`replace` may name another target for an entry).
+fn link_each(source: &Path, dir: &Path, replace: &dyn Fn(&str) -> Option<PathBuf>) {
+    if fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        let _ = fs::remove_file(dir);
+    }
+    fs::create_dir_all(dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    let entries = fs::read_dir(source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+    for entry in entries {
+        let name = entry.expect("readable dir entry").file_name();
+        let file = name.to_string_lossy();
+        let target = replace(&file).unwrap_or_else(|| source.join(&name));
+        let link = dir.join(&name);
+        if fs::symlink_metadata(&link).is_ok_and(|m| m.is_dir()) {
+            continue; // `mlx/lib`, made by its own call
+        }
+        symlink_fresh(&target, &link);
+    }
 }
 
 fn symlink_fresh(target: &Path, link: &Path) {

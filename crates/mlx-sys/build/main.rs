@@ -9,6 +9,7 @@
 //! cargo for its registry copy of the upstream crate.
 
 mod bindings;
+mod blas;
 mod linux;
 mod macos;
 mod upstream;
