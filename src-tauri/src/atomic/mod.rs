@@ -9,6 +9,7 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
 use tauri::{AppHandle, Manager};
 
 /// One write at a time in this process, so two saves never share a temp
@@ -33,6 +34,25 @@ pub fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     drop(file);
     fs::rename(&temp, path)?;
     File::open(dir)?.sync_all()
+}
+
+/// Moves an unreadable state file out of the way as `<name>.bad-<unix
+/// time>[-k]` beside it, so starting afresh never overwrites what the user
+/// had; returns the new name.
+pub fn keep_aside(path: &Path) -> std::io::Result<PathBuf> {
+    let seconds = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let aside = (1..)
+        .map(|k| match k {
+            1 => path.with_file_name(format!("{name}.bad-{seconds}")),
+            k => path.with_file_name(format!("{name}.bad-{seconds}-{k}")),
+        })
+        .find(|aside| !aside.exists())
+        .unwrap_or_default();
+    fs::rename(path, &aside)?;
+    Ok(aside)
 }
 
 /// `name` in the app's data folder.

@@ -9,7 +9,6 @@
 use serde::de::IgnoredAny;
 use std::fs;
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 use tauri::AppHandle;
 
 const FILE_NAME: &str = "conversations.json";
@@ -32,17 +31,7 @@ pub fn load(path: &Path) -> Result<String, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok("[]".to_owned()),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
-    let seconds = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let aside = (1..)
-        .map(|k| match k {
-            1 => path.with_file_name(format!("{FILE_NAME}.bad-{seconds}")),
-            k => path.with_file_name(format!("{FILE_NAME}.bad-{seconds}-{k}")),
-        })
-        .find(|aside| !aside.exists())
-        .unwrap_or_default();
-    fs::rename(path, &aside).map_err(|e| {
+    let aside = crate::atomic::keep_aside(path).map_err(|e| {
         format!(
             "{} is unreadable ({problem}) and cannot be moved aside: {e}",
             path.display()

@@ -7,7 +7,7 @@
 
 use flashbar_engine::Speculation;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use tauri::{AppHandle, Manager, State};
 
@@ -90,16 +90,29 @@ impl SettingsHandle {
 }
 
 /// Reads the saved settings; unreadable or invalid ones fall back to the
-/// defaults (with a warning) rather than stopping the app.
+/// defaults (with a warning) rather than stopping the app, and the file is
+/// kept aside (`settings.json.bad-<time>`) so the next save loses nothing.
 pub fn load(app: &AppHandle) -> Settings {
-    let settings = path(app)
-        .and_then(|path| file::read(&path))
-        .and_then(|saved| {
-            let settings = saved.unwrap_or_default();
-            settings.check().map(|()| settings)
-        });
-    settings.unwrap_or_else(|error| {
-        eprintln!("flashbar-app: settings ignored ({error}); using the defaults");
+    match path(app) {
+        Ok(path) => load_from(&path),
+        Err(error) => {
+            eprintln!("flashbar-app: settings ignored ({error}); using the defaults");
+            Settings::default()
+        }
+    }
+}
+
+fn load_from(path: &Path) -> Settings {
+    let saved = file::read(path).and_then(|saved| {
+        let settings = saved.unwrap_or_default();
+        settings.check().map(|()| settings)
+    });
+    saved.unwrap_or_else(|error| {
+        let kept = match crate::atomic::keep_aside(path) {
+            Ok(aside) => format!("kept as {}", aside.display()),
+            Err(e) => format!("not moved aside: {e}"),
+        };
+        eprintln!("flashbar-app: settings ignored ({error}; {kept}); using the defaults");
         Settings::default()
     })
 }
@@ -196,5 +209,41 @@ mod tests {
         }
         assert_eq!(Settings::default().check(), Ok(()));
         assert_eq!(Settings::default().api_key(), None);
+    }
+
+    /// Unparsable or invalid settings start the defaults, and the file is
+    /// kept aside rather than overwritten by the next save.
+    #[test]
+    fn unreadable_settings_are_kept_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        assert_eq!(load_from(&path), Settings::default(), "no file yet");
+        let saved = Settings {
+            port: 9100,
+            ..Settings::default()
+        };
+        file::write(&path, &saved).unwrap();
+        assert_eq!(load_from(&path), saved);
+        for bad in [
+            r#"{"settings": {"port": 91"#,
+            r#"{"settings": {"port": 80}}"#,
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            assert_eq!(load_from(&path), Settings::default(), "{bad}");
+            assert!(!path.exists(), "{bad}");
+        }
+        let mut kept: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| std::fs::read_to_string(e.path()).unwrap())
+            .collect();
+        kept.sort();
+        assert_eq!(
+            kept,
+            [
+                r#"{"settings": {"port": 80}}"#,
+                r#"{"settings": {"port": 91"#
+            ]
+        );
     }
 }
