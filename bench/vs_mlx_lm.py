@@ -139,7 +139,8 @@ def main():
     if ours["prompt_tokens"] != theirs["prompt_tokens"]:
         print(f"warning: prompt lengths differ: {ours['prompt_tokens']} vs {theirs['prompt_tokens']}")
 
-    print(f"{args.shape} 4-bit, {weight_bytes(path) / 1e9:.2f} GB of weights, "
+    name = path.name if args.dir else f"{args.shape} 4-bit"
+    print(f"{name}, {weight_bytes(path) / 1e9:.2f} GB of weights, "
           f"device {mx.default_device()}, prompt {theirs['prompt_tokens']} tokens, "
           f"{args.max_tokens} generated, median of {args.repeats}")
     print(f"{'':10}{'flashbar':>12}{'mlx-lm':>12}{'ratio':>9}")
