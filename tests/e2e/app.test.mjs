@@ -13,6 +13,8 @@ import net from "node:net";
 import path from "node:path";
 import { after, before, test } from "node:test";
 
+// Generous: CI machines share their two cores, and a wait only costs time when it fails.
+const WAIT = 30_000;
 const APP = process.env.FLASHBAR_APP;
 const SHOTS = path.join(process.env.E2E_SCREENSHOTS ?? "target/e2e-screenshots", "light");
 const PAIR = "e2e-tiny";
@@ -65,7 +67,7 @@ test("chat streams an answer from the engine", async () => {
   const input = await driver.findElement(byTest("chat-input"));
   await input.sendKeys("def fib(n):");
   await driver.findElement(byTest("send")).click();
-  const answer = await driver.wait(until.elementLocated(By.css('[data-testid="turn-assistant"]')), 10_000);
+  const answer = await driver.wait(until.elementLocated(By.css('[data-testid="turn-assistant"]')), WAIT);
   // Streaming: text shows up before the answer is finished.
   const body = await answer.findElement(By.css(".body"));
   await driver.wait(async () => (await body.getText()).trim().length > 0, 60_000, "no streamed text");
@@ -81,7 +83,7 @@ test("chat streams an answer from the engine", async () => {
     saved = JSON.parse(await readFile(file, "utf8").catch(() => "[]"));
     return saved[0]?.turns?.[1]?.finish === footer;
   };
-  await driver.wait(finished, 10_000, `the answer is not in ${file}`);
+  await driver.wait(finished, WAIT, `the answer is not in ${file}`);
   assert.equal(saved[0].turns[0].segments[0].text, "def fib(n):");
   assert.equal(await driver.executeScript("return localStorage.getItem('flashbar.conversations')"), null);
   assert.equal(await driver.findElement(byTest("history-problem")).isDisplayed(), false);
@@ -106,7 +108,7 @@ test("the local server switch serves the app's model over HTTP", async () => {
   const portField = await driver.findElement(byTest("port"));
   await portField.clear();
   await portField.sendKeys(String(port), "\t");
-  await driver.wait(async () => (await driver.findElement(byTest("settings-message")).getText()) === "Saved.", 10_000);
+  await driver.wait(async () => (await driver.findElement(byTest("settings-message")).getText()) === "Saved.", WAIT);
   await driver.findElement(byTest("server-toggle")).click();
   const status = await driver.wait(
     until.elementLocated(By.css('[data-testid="server-status"][data-running="true"]')),
@@ -129,7 +131,7 @@ test("the local server switch serves the app's model over HTTP", async () => {
   const canvas = await driver.findElement(byTest("accept-chart"));
   await driver.wait(
     async () => Number(await canvas.getAttribute("data-points")) > chatPoints,
-    10_000,
+    WAIT,
     `the HTTP request added no rounds to the ${chatPoints} of the chat`,
   );
   await tab("settings");
@@ -193,7 +195,7 @@ async function clickFresh(testid) {
 
 test("the models view downloads a pair from the local hub, cancels, resumes and loads it", async () => {
   await tab("models");
-  await driver.wait(until.elementLocated(byTest(`pair-${PAIR}`)), 10_000);
+  await driver.wait(until.elementLocated(byTest(`pair-${PAIR}`)), WAIT);
   assert.equal(await rowState(), "remote");
   await driver.findElement(byTest(`download-${PAIR}`)).click();
   let first = 0;
@@ -203,14 +205,14 @@ test("the models view downloads a pair from the local hub, cancels, resumes and 
   const progress = await rowText("download-text");
   assert.match(progress, /MB of \d+ MB · [\d.]+ [kM]B\/s · .+ left/, progress);
   await clickFresh(`cancel-${PAIR}`);
-  await driver.wait(async () => (await rowState()) === "cancelled", 10_000, "not cancelled");
+  await driver.wait(async () => (await rowState()) === "cancelled", WAIT, "not cancelled");
   const paused = await barValue();
   assert.ok(paused > 0 && paused < 100, `paused at ${paused}%`);
   // Resume: the bar starts from the partial files, not from 0.
   await clickFresh(`resume-${PAIR}`);
-  await driver.wait(async () => (await rowState()) !== "cancelled", 10_000);
+  await driver.wait(async () => (await rowState()) !== "cancelled", WAIT, "the resume did not start");
   let resumed = -1;
-  await driver.wait(async () => (resumed = await barValue()) > 0 || (await rowState()) === "local", 10_000);
+  await driver.wait(async () => (resumed = await barValue()) > 0 || (await rowState()) === "local", WAIT, "the resumed download shows no progress");
   assert.ok(resumed === -1 || resumed >= paused - 5, `resumed at ${resumed}% after pausing at ${paused}%`);
   await driver.wait(async () => (await rowState()) === "local", 60_000, "the download did not finish");
   await driver.wait(until.elementLocated(byTest("local-flashbar-e2e/tiny-target")), 5000);
@@ -221,7 +223,7 @@ test("the models view downloads a pair from the local hub, cancels, resumes and 
   await driver.findElement(byTest("use-pair")).click();
   await driver.wait(
     async () => (await driver.findElement(byTest("current-pair")).getText()).includes("models--flashbar-e2e--tiny-target"),
-    10_000,
+    WAIT,
     "the engine did not switch to the downloaded pair",
   );
   await driver.wait(until.elementLocated(By.css('[data-testid="engine-status"][data-state="ready"]')), 120_000);

@@ -9,6 +9,8 @@ import { mkdir, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, test } from "node:test";
 
+// Generous: CI machines share their two cores, and a wait only costs time when it fails.
+const WAIT = 30_000;
 const APP = process.env.FLASHBAR_APP;
 const SHOTS = path.join(process.env.E2E_SCREENSHOTS ?? "target/e2e-screenshots", "dark");
 let driver;
@@ -61,7 +63,7 @@ test("every view in dark mode", async () => {
   await driver.wait(async () => Number(await canvas.getAttribute("data-points")) > 0, 5000);
   await shot("metrics");
   await tab("models");
-  await driver.wait(until.elementLocated(byTest("pair-default")), 10_000);
+  await driver.wait(until.elementLocated(byTest("pair-default")), WAIT);
   await driver.findElement(byTest("choose-default")).click();
   await driver.wait(until.elementLocated(By.css('[data-testid="verdict"][data-ok="true"]')), 30_000);
   await shot("models");
