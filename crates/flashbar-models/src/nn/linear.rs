@@ -236,7 +236,12 @@ mod tests {
     }
 
     fn largest(a: &Array) -> f32 {
-        abs(a).unwrap().max(None).unwrap().item::<f32>()
+        abs(a)
+            .unwrap()
+            .max(None)
+            .unwrap()
+            .try_item_exact::<f32>()
+            .unwrap()
     }
 
     /// Below the threshold (decode, verify blocks) the quantized kernel runs
