@@ -98,9 +98,12 @@ def hf_config() -> dict:
     }
 
 
-def drafter_config(tokenizer) -> dict:
-    return dict(DRAFTER, dflash_config={
-        "target_layer_ids": TAP_LAYERS,
+def drafter_config(tokenizer, layers: int = DRAFTER["num_hidden_layers"],
+                   taps: list[int] = TAP_LAYERS) -> dict:
+    """The drafter's config.json: DRAFTER's shape with `layers` decoder
+    layers, tapping the target's layers `taps`."""
+    return dict(DRAFTER, num_hidden_layers=layers, dflash_config={
+        "target_layer_ids": list(taps),
         "mask_token_id": tokenizer.token_to_id(MASK_TOKEN),
     })
 

@@ -1,22 +1,30 @@
 """Step 2: self-distillation data and the DFlash drafter.
 
-    python training/train_drafter.py OUT [--smoke]
+    python training/train_drafter.py OUT [--target DIR] [--layers N] [--taps 0,2,4]
+                                         [--tag NAME] [--distill-only] [--smoke]
 
-Reads OUT/target-raw and OUT/corpus.npz from step 1. The frozen target writes
-its own greedy continuations of corpus windows (prompt 64 + 192 generated
-tokens); its tap hidden states over those sequences are the drafter's
-context. The drafter (z-lab's DFlash format and module) trains by the DFlash
+Reads the target (--target, default OUT/target-raw from step 1, else the
+committed models/default/target) and OUT/corpus.npz. The frozen target writes
+its own continuations of corpus windows (prompt 64 + 192 generated tokens;
+greedy, and the last --sampled-fraction of them at temperature 0.7), cached
+in OUT/sequences.npz so several drafter shapes can train on the same data
+(`--distill-only` writes it and stops); its tap hidden states over those
+sequences are the drafter's context. The drafter (z-lab's DFlash format and module) trains by the DFlash
 recipe: many anchors per sequence in the generated part, each a block of the
 real anchor token followed by mask tokens, seeing the context before its
 anchor and itself (bidirectionally); cross-entropy on the block's positions
 1..15 against the target's greedy tokens, weighted by exp(-(k-1)/gamma) so
 early positions, which gate acceptance, count most. The target's embedding
-and lm_head are used frozen. Writes OUT/drafter (bf16) and
-OUT/train_drafter.json, with an offline acceptance estimate on held-out
-sequences. Deterministic in --seed.
+and lm_head are used frozen. Writes OUT/drafter[-TAG] (bf16) and
+OUT/train_drafter[-TAG].json: an offline acceptance estimate on held-out
+greedy sequences (mean accept length, the share of blocks reaching each
+position, the loss at each block position), the drafter's size and the time
+of one inference forward on this machine. Deterministic in --seed and
+--steps.
 """
 
 import argparse
+import copy
 import json
 import time
 from pathlib import Path
@@ -32,36 +40,47 @@ from make_drafters import save_drafter, zlab_config
 from dflash import model_mlx as zlab
 
 
+SAMPLING_TEMPERATURE = 0.7
+
+
 def distill(model, corpus: np.ndarray, count: int, prompt: int, generate: int,
-            batch: int, rng) -> np.ndarray:
+            batch: int, rng, sampled_from: int) -> np.ndarray:
     """count sequences: a corpus window of `prompt` tokens + the target's
-    greedy continuation of `generate` tokens."""
+    continuation of `generate` tokens, greedy for rows before `sampled_from`
+    and sampled at SAMPLING_TEMPERATURE from there on."""
     out = []
     for first in range(0, count, batch):
         n = min(batch, count - first)
         starts = rng.integers(0, corpus.size - prompt, size=n)
         tokens = mx.array(np.stack([corpus[s:s + prompt] for s in starts]))
+        sampled = mx.array(np.arange(first, first + n) >= sampled_from)
+
+        def pick(logits):
+            greedy = mx.argmax(logits, axis=-1)
+            drawn = mx.random.categorical(logits.astype(mx.float32) / SAMPLING_TEMPERATURE)
+            return mx.where(sampled, drawn, greedy)
+
         cache = model.make_cache()
         logits = model(tokens, cache=cache)
-        step = mx.argmax(logits[:, -1], axis=-1)
+        step = pick(logits[:, -1])
         generated = [step]
         for _ in range(generate - 1):
             logits = model(step[:, None], cache=cache)
-            step = mx.argmax(logits[:, -1], axis=-1)
+            step = pick(logits[:, -1])
             generated.append(step)
             mx.eval(step)
         out.append(np.concatenate([np.array(tokens), np.array(mx.stack(generated, axis=1))], axis=1))
     return np.concatenate(out).astype(np.int32)
 
 
-def tap_states(model, sequences: np.ndarray, batch: int) -> tuple[mx.array, mx.array]:
+def tap_states(model, sequences: np.ndarray, batch: int, tap_layers: list[int]) -> tuple[mx.array, mx.array]:
     """The target's taps over the sequences, and its greedy label for every
     position p >= 1 (its argmax after the tokens before p); position 0 keeps
     its token."""
     taps, labels = [], []
     for first in range(0, len(sequences), batch):
         tokens = mx.array(sequences[first:first + batch])
-        logits, t = common.forward_with_taps(model, tokens, common.TAP_LAYERS)
+        logits, t = common.forward_with_taps(model, tokens, tap_layers)
         taps.append(t.astype(mx.bfloat16))
         labels.append(mx.concatenate([tokens[:, :1], mx.argmax(logits[:, :-1], axis=-1)], axis=1))
         mx.eval(taps[-1], labels[-1])
@@ -131,6 +150,26 @@ def sample_anchors(rng, count: int, batch: int, low: int, high: int) -> mx.array
                               for _ in range(batch)]).astype(np.int32))
 
 
+def forward_ms(draft, embed, head, taps: mx.array, context: int, mask_id: int, repeats: int = 20) -> float:
+    """Milliseconds of one inference forward of the drafter on this device,
+    the way the engine runs it each round: a block of 16 over a context of
+    `context` tapped positions, from a fresh cache."""
+    timed = copy.deepcopy(draft)
+    timed.embed_tokens, timed.lm_head = embed, head
+    block = mx.array([[5] + [mask_id] * (common.BLOCK_SIZE - 1)])
+    ctx = taps[:1, :context]
+
+    def once():
+        return timed(block, ctx, timed.make_cache(), logits_start=1)
+
+    for _ in range(3):
+        mx.eval(once())
+    start = time.perf_counter()
+    for _ in range(repeats):
+        mx.eval(once())
+    return (time.perf_counter() - start) / repeats * 1e3
+
+
 def accept_lengths(logits: mx.array, labels: mx.array) -> mx.array:
     """Greedy DFlash acceptance per block: leading drafts equal to the
     target's tokens, plus the target's own token."""
@@ -138,19 +177,51 @@ def accept_lengths(logits: mx.array, labels: mx.array) -> mx.array:
     return mx.sum(mx.cumprod(hits, axis=-1), axis=-1) + 1
 
 
+def load_sequences(args, target, stream, rng, target_dir: Path) -> np.ndarray:
+    """The distilled sequences: read from OUT/sequences.npz when it was made
+    with the same settings, else generated (and saved there)."""
+    sampled_from = args.sequences - int(round(args.sequences * args.sampled_fraction))
+    meta = {"seed": args.seed, "sequences": args.sequences, "prompt": args.prompt,
+            "generate": args.generate, "sampled_from": sampled_from,
+            "temperature": SAMPLING_TEMPERATURE, "smoke": args.smoke,
+            "target": common.sha256(next(iter(sorted(target_dir.glob("model*.safetensors")))))}
+    cache = args.out / "sequences.npz"
+    if cache.exists():
+        saved = np.load(cache, allow_pickle=False)
+        if json.loads(str(saved["meta"])) == meta:
+            return saved["sequences"]
+    sequences = distill(target, stream, args.sequences, args.prompt, args.generate,
+                        args.distill_batch, rng, sampled_from)
+    np.savez(cache, sequences=sequences, meta=json.dumps(meta))
+    return sequences
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
+    parser.add_argument("--target", type=Path, help="the target checkpoint (default: OUT/target-raw, "
+                        "else models/default/target)")
+    parser.add_argument("--layers", type=int, default=common.DRAFTER["num_hidden_layers"])
+    parser.add_argument("--taps", default=",".join(map(str, common.TAP_LAYERS)),
+                        help="the target layers the drafter reads, comma-separated")
+    parser.add_argument("--tag", default="", help="write OUT/drafter-TAG and OUT/train_drafter-TAG.json")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sequences", type=int, default=8192)
+    parser.add_argument("--sampled-fraction", type=float, default=0.125,
+                        help="share of the sequences generated at temperature 0.7 instead of greedy")
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--generate", type=int, default=192)
+    parser.add_argument("--distill-batch", type=int, default=512)
+    parser.add_argument("--distill-only", action="store_true",
+                        help="write OUT/sequences.npz and stop")
     parser.add_argument("--steps", type=int, default=0, help="0: as many as fit --max-minutes")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--anchors", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--gamma", type=float, default=4.0)
     parser.add_argument("--max-minutes", type=float, default=7.0)
+    parser.add_argument("--deadline", type=float, default=0.0,
+                        help="unix time by which training stops (for runs that share a machine call)")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--no-compile", dest="compile", action="store_false")
     parser.add_argument("--teacher-forced", action="store_true",
@@ -159,18 +230,29 @@ def main():
     args = parser.parse_args()
     if args.smoke:
         args.sequences, args.generate, args.batch, args.anchors = 12, 48, 2, 4
+        args.distill_batch = 4
         args.steps = args.steps or 4
+    taps_ids = [int(t) for t in args.taps.split(",")]
+    suffix = f"-{args.tag}" if args.tag else ""
     common.seed_everything(args.seed)
     rng = np.random.default_rng(args.seed)
     started = time.time()
+    # Training stops here, leaving time to evaluate, save and time the drafter.
+    stop_at = started + args.max_minutes * 60
+    if args.deadline:
+        stop_at = min(stop_at, args.deadline - 40)
     common.use_chunked_gdn()
-    target = common.load_target(args.out / "target-raw")
+    target_dir = args.target or (args.out / "target-raw")
+    if not target_dir.exists():
+        target_dir = common.ROOT / "models" / "default" / "target"
+    target = common.load_target(target_dir)
     target.freeze()
-    tokenizer = common.load_tokenizer(args.out / "target-raw")
-    cfg = common.drafter_config(tokenizer)
+    tokenizer = common.load_tokenizer(target_dir)
+    cfg = common.drafter_config(tokenizer, args.layers, taps_ids)
+    args.out.mkdir(parents=True, exist_ok=True)
     if not (args.out / "corpus.npz").exists():
         # Step 1 ran elsewhere: prompts from this Python's corpus packages.
-        common.write_token_stream(tokenizer, args.out / "corpus.npz", 20e6)
+        common.write_token_stream(tokenizer, args.out / "corpus.npz", 2e6 if args.smoke else 20e6)
     corpus = np.load(args.out / "corpus.npz")
     stream = np.concatenate([corpus["train"], corpus["valid"]])
     if args.teacher_forced:
@@ -181,11 +263,13 @@ def main():
         sequences = np.stack([stream[s:s + length] for s in starts]).astype(np.int32)
         args.prompt = 16  # anchors from here on, so every block has context
     else:
-        sequences = distill(target, stream, args.sequences, args.prompt, args.generate, 256, rng)
+        sequences = load_sequences(args, target, stream, rng, target_dir)
     print(f"sequences {sequences.shape} in {time.time() - started:.0f} s", flush=True)
-    taps, labels_all = tap_states(target, sequences, 32)
+    if args.distill_only:
+        return
+    taps, labels_all = tap_states(target, sequences, 64, taps_ids)
     if not args.teacher_forced:
-        labels_all = mx.array(sequences)  # the generated part is the target's greedy path
+        labels_all = mx.array(sequences)  # the generated part is the target's own path
     print(f"taps {taps.shape} in {time.time() - started:.0f} s", flush=True)
     held = max(2, len(sequences) // 20)
     tokens_all = mx.array(sequences)
@@ -235,46 +319,68 @@ def main():
     if args.steps == 0:  # as many as fit the time left, measured on a throwaway drafter
         _, probe = make_trainer(100)
         probe_rng = np.random.default_rng(args.seed + 1)
-        args.steps = common.plan_steps(lambda: probe(probe_rng), args.max_minutes * 60
-                                       - (time.time() - started) - 45)
+        args.steps = common.plan_steps(lambda: probe(probe_rng), stop_at - time.time() - 20)
     mx.random.seed(args.seed)
     draft, step = make_trainer(args.steps)
 
-    def evaluate():
-        lengths = []
+    def evaluate() -> dict:
+        """Held-out greedy sequences, a block every 8 positions: the mean
+        accept length, the share of blocks whose accepted run reaches each
+        block position, and the cross-entropy at each position."""
+        lengths, losses = [], []
         for first in range(0, held, 16):
             rows = mx.arange(first, min(first + 16, held))
             tokens, labels, tap = tokens_all[rows], labels_all[rows], taps[rows]
             anchors = mx.broadcast_to(mx.arange(low, high + 1, 8)[None], (rows.size, len(range(low, high + 1, 8))))
             logits = block_logits(draft, embed, head, tokens, tap, anchors, mask_id, theta)
-            lengths.append(accept_lengths(logits, block_labels(labels, anchors)).reshape(-1))
-        return float(mx.mean(mx.concatenate(lengths).astype(mx.float32)).item())
+            wanted = block_labels(labels, anchors)
+            lengths.append(accept_lengths(logits, wanted).reshape(-1))
+            ce = nn.losses.cross_entropy(logits[:, :, 1:].astype(mx.float32), wanted[:, :, 1:])
+            losses.append(ce.reshape(-1, common.BLOCK_SIZE - 1))
+        lengths = mx.concatenate(lengths).astype(mx.float32)
+        reach = [float(mx.mean(lengths > k).item()) for k in range(1, common.BLOCK_SIZE)]
+        loss_by_position = mx.mean(mx.concatenate(losses), axis=0).tolist()
+        return {"accept_len": float(mx.mean(lengths).item()),
+                "reach_by_position": [round(r, 4) for r in reach],
+                "loss_by_position": [round(v, 4) for v in loss_by_position]}
 
     log, t0, done = [], time.time(), 0
     for done in range(1, args.steps + 1):
         loss = step(rng)
         if done % 200 == 0 or done == args.steps or done <= 2:
             entry = {"step": done, "loss": loss.item(), "seconds": round(time.time() - t0, 1)}
-            if done % 1000 == 0 or done == args.steps:
-                entry["accept_len"] = evaluate()
+            if done % 2000 == 0 or done == args.steps:
+                entry["accept_len"] = evaluate()["accept_len"]
             log.append(entry)
             print(json.dumps(entry), flush=True)
-        if time.time() - started > args.max_minutes * 60:
+        if time.time() > stop_at:
             print(f"stopping at step {done}: time limit", flush=True)
             break
     draft.set_dtype(mx.bfloat16)
-    accept = evaluate()
-    save_drafter(args.out / "drafter", cfg, draft, dtype=mx.bfloat16)
-    report = {"seed": args.seed, "sequences": int(len(sequences)), "held_out": held,
+    held_out = evaluate()
+    save_drafter(args.out / f"drafter{suffix}", cfg, draft, dtype=mx.bfloat16)
+    milliseconds = forward_ms(draft, embed, head, taps, 256, mask_id)
+    # The loss curve in a few points (the whole log stays in the report).
+    marks = sorted({log[round(f * (len(log) - 1))]["step"] for f in (0, 0.1, 0.25, 0.5, 0.75, 1)})
+    target_name = (str(target_dir.resolve().relative_to(common.ROOT))
+                   if target_dir.resolve().is_relative_to(common.ROOT) else str(target_dir))
+    report = {"seed": args.seed, "target": target_name, "layers": args.layers, "taps": taps_ids,
+              "sequences": int(len(sequences)), "held_out": held,
+              "sampled_fraction": args.sampled_fraction, "sampling_temperature": SAMPLING_TEMPERATURE,
               "prompt": args.prompt, "generate": args.generate,
               "teacher_forced": args.teacher_forced, "steps_planned": args.steps,
               "steps_done": done, "batch": args.batch, "anchors": args.anchors, "lr": args.lr,
               "gamma": args.gamma, "parameters": common.count_params(draft),
-              "offline_accept_len_bf16": accept, "seconds": round(time.time() - started, 1),
-              "log": log}
-    (args.out / "train_drafter.json").write_text(json.dumps(report, indent=2))
-    print(f"held-out greedy accept length (bf16, block 16): {accept:.2f}; "
-          f"{time.time() - started:.0f} s in all", flush=True)
+              "bytes": (args.out / f"drafter{suffix}" / "model.safetensors").stat().st_size,
+              "device": str(mx.default_device()), "forward_ms_ctx256": round(milliseconds, 3),
+              "offline_accept_len_bf16": held_out["accept_len"],
+              "reach_by_position": held_out["reach_by_position"],
+              "loss_by_position": held_out["loss_by_position"],
+              "loss_curve": {str(e["step"]): round(e["loss"], 4) for e in log if e["step"] in marks},
+              "seconds": round(time.time() - started, 1), "log": log}
+    (args.out / f"train_drafter{suffix}.json").write_text(json.dumps(report, indent=2))
+    print(f"held-out greedy accept length (bf16, block 16): {held_out['accept_len']:.2f}; "
+          f"forward {milliseconds:.2f} ms; {time.time() - started:.0f} s in all", flush=True)
 
 
 if __name__ == "__main__":
