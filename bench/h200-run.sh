@@ -18,23 +18,8 @@ rm -rf "$site" "$home/unpacked" && mkdir -p "$site" "$home/unpacked"
 cat "$home"/parts/bench-part-* | tar -C "$home/unpacked" -xf -
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$home"/unpacked/*.whl
 cp "$home/unpacked/flashbar" "$site/flashbar"
-link_nvidia() {
-  # libmlx finds the CUDA wheels at ../../nvidia beside mlx/. Torch's nvidia
-  # folder has them, but its cu13/include lacks crt/ (which MLX's run-time
-  # compiled quantized matmuls include): overlay it from the CUDA toolkit.
-  local torch_nvidia; torch_nvidia=$(python3 -c 'import nvidia; print(nvidia.__path__[0])')
-  local crt=/usr/local/cuda/targets/x86_64-linux/include/crt
-  [ -d "$crt" ] || crt=$(ls -d /usr/local/cuda-*/targets/x86_64-linux/include/crt 2>/dev/null | head -1)
-  if [ -z "$crt" ] || [ -d "$torch_nvidia/cu13/include/crt" ]; then
-    ln -sfn "$torch_nvidia" "$site/nvidia"; return
-  fi
-  mkdir -p "$site/nvidia/cu13/include"
-  for entry in "$torch_nvidia"/*; do [ "$(basename "$entry")" = cu13 ] || ln -sfn "$entry" "$site/nvidia/"; done
-  for entry in "$torch_nvidia"/cu13/*; do [ "$(basename "$entry")" = include ] || ln -sfn "$entry" "$site/nvidia/cu13/"; done
-  for entry in "$torch_nvidia"/cu13/include/*; do ln -sfn "$entry" "$site/nvidia/cu13/include/"; done
-  ln -sfn "$crt" "$site/nvidia/cu13/include/crt"
-}
-link_nvidia
+. scripts/h200-nvidia.sh
+link_nvidia "$site"
 export PYTHONPATH=$site FLASHBAR=$site/flashbar FIXTURES=$home/unpacked/fixtures
 if [ "$mode" = exec ]; then
   "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds `flashbar` against MLX's CUDA wheel (cargo feature `cuda`) and packs
 # it with the wheel's libraries for an NVIDIA machine that has no Rust and no
-# registry: .h200/flashbar-cuda.tar.xz, split into 45 MB parts (one device
+# registry: .h200/flashbar-cuda.tar.xz, split into 36 MB parts (one device
 # call carries at most 64 MiB). scripts/h200-remote.sh is the device side.
 #
 # The binary's rpath is $ORIGIN/mlx/lib and libmlx's own RPATH names
@@ -25,5 +25,6 @@ cp -rL "$profile/mlx_cuda_13.libs" "$stage/"
 strip "$stage/flashbar" "$stage/mlx/lib/libmlx.so"
 tar -C "$stage" -cf - . | xz -T2 -6 > .h200/flashbar-cuda.tar.xz
 rm -rf "$stage"
-(cd .h200 && split -b 45M flashbar-cuda.tar.xz part- && rm flashbar-cuda.tar.xz)
+# Parts of 36 MB: a call carries the ~24 MB working tree too, 64 MiB in all.
+(cd .h200 && split -b 36M flashbar-cuda.tar.xz part- && rm flashbar-cuda.tar.xz)
 ls -la .h200

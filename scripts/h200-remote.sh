@@ -4,8 +4,11 @@
 #   call 1: bash scripts/h200-remote.sh collect
 #   call 2: bash scripts/h200-remote.sh collect unpack && /tmp/flashbar-h200/pkg/flashbar smoke
 # `collect` copies the parts this call carried out of the repo copy (which the
-# next call replaces); `unpack` joins all parts and links the CUDA 13 `nvidia`
-# wheels of the local Python (torch's) beside `mlx/`, where libmlx looks.
+# next call replaces); `unpack` joins all parts, links the CUDA 13 `nvidia`
+# wheels of the local Python (torch's) beside `mlx/`, where libmlx looks, and
+# extracts the Python wheels carried in .whl/ (mlx's bindings, mlx-lm,
+# z-lab's dflash) into the same folder, so that with PYTHONPATH set to it
+# Python's mlx uses the very libmlx the binary links (training/h200.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 home=/tmp/flashbar-h200
@@ -19,9 +22,12 @@ for step in "$@"; do
     unpack)
       rm -rf "$home/pkg" && mkdir -p "$home/pkg"
       cat "$home"/parts/part-* | xz -d | tar -C "$home/pkg" -xf -
-      nvidia=$(python3 -c 'import nvidia; print(nvidia.__path__[0])')
-      ln -sfn "$nvidia" "$home/pkg/nvidia"
-      echo "unpacked to $home/pkg (nvidia -> $nvidia)"
+      . scripts/h200-nvidia.sh
+      link_nvidia "$home/pkg"
+      # A wheel is a zip of the files an install writes; the pack already
+      # holds mlx-cuda-13's part of mlx/ (lib, include), the bindings add theirs.
+      for wheel in .whl/*.whl; do [ -f "$wheel" ] && python3 -m zipfile -e "$wheel" "$home/pkg"; done
+      echo "unpacked to $home/pkg"
       ;;
     *)
       echo "unknown step: $step (collect | unpack)" >&2
