@@ -9,6 +9,11 @@ to MLX bf16 by mlx-lm's own `convert`, which is what users run on a
 downloaded checkpoint; the result must equal the trained weights bit for bit.
 The drafter is already in z-lab's format. DEST/manifest.json lists the sha256
 and size of every file, the training settings and the corpus.
+
+    python training/export.py --drafter WORK/drafter-TAG [DEST]
+
+replaces only the drafter (a new step 2 over the committed target): the
+target's files and training record stay, the manifest is rewritten.
 """
 
 import argparse
@@ -46,13 +51,52 @@ def same_weights(a: Path, b: Path) -> float:
     return max(mx.abs(wa[k].astype(mx.float32) - wb[k].astype(mx.float32)).max().item() for k in wa)
 
 
+def write_manifest(dest: Path, reports: dict, bits):
+    files = sorted(p for p in dest.rglob("*") if p.is_file() and p.name != "README.md"
+                   and p.name != "manifest.json")
+    total = sum(p.stat().st_size for p in files)
+    if total > LIMIT_BYTES:
+        sys.exit(f"the pair is {total / 1e6:.1f} MB, over the {LIMIT_BYTES / 1e6:.0f} MB limit")
+    for report in reports.values():
+        report.pop("log", None)
+    manifest = {
+        "files": {str(p.relative_to(dest)): {"sha256": common.sha256(p), "bytes": p.stat().st_size}
+                  for p in files},
+        "total_bytes": total,
+        "target_quantization": {"bits": bits, "group_size": 64} if bits else None,
+        "training": reports,
+    }
+    (dest / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return total
+
+
+def export_drafter(drafter: Path, dest: Path):
+    """A new drafter for the committed target: its folder and the report
+    train_drafter.py wrote beside it (train_drafter[-TAG].json)."""
+    tag = drafter.name[len("drafter"):]
+    report = json.loads((drafter.parent / f"train_drafter{tag}.json").read_text())
+    old = json.loads((dest / "manifest.json").read_text())
+    shutil.rmtree(dest / "drafter", ignore_errors=True)
+    shutil.copytree(drafter, dest / "drafter")
+    reports = dict(old["training"], train_drafter=report)
+    bits = (old.get("target_quantization") or {}).get("bits")
+    total = write_manifest(dest, reports, bits)
+    print(f"wrote {dest / 'drafter'}: the pair is {total / 1e6:.1f} MB")
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("work", type=Path)
+    parser.add_argument("work", type=Path, nargs="?")
+    parser.add_argument("--drafter", type=Path, help="replace only the drafter with this folder")
     parser.add_argument("dest", type=Path, nargs="?", default=common.ROOT / "models" / "default")
     parser.add_argument("--bits", type=int, choices=[4, 8],
                         help="quantize the target (MLX affine, group 64); default bf16")
     args = parser.parse_args()
+    if args.drafter:
+        dest = args.work or args.dest  # `export.py --drafter D DEST`
+        return export_drafter(args.drafter, dest)
+    if args.work is None:
+        parser.error("WORK is required (or --drafter)")
     from mlx_lm import convert
 
     hf = args.work / "target-hf"
@@ -79,23 +123,9 @@ def main():
     shutil.rmtree(drafter, ignore_errors=True)
     shutil.copytree(args.work / "drafter", drafter)
 
-    files = sorted(p for p in args.dest.rglob("*") if p.is_file() and p.name != "README.md"
-                   and p.name != "manifest.json")
-    total = sum(p.stat().st_size for p in files)
-    if total > LIMIT_BYTES:
-        sys.exit(f"the pair is {total / 1e6:.1f} MB, over the {LIMIT_BYTES / 1e6:.0f} MB limit")
     reports = {name: json.loads((args.work / f"{name}.json").read_text())
                for name in ("train_target", "train_drafter")}
-    for report in reports.values():
-        report.pop("log", None)
-    manifest = {
-        "files": {str(p.relative_to(args.dest)): {"sha256": common.sha256(p), "bytes": p.stat().st_size}
-                  for p in files},
-        "total_bytes": total,
-        "target_quantization": {"bits": args.bits, "group_size": 64} if args.bits else None,
-        "training": reports,
-    }
-    (args.dest / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    total = write_manifest(args.dest, reports, args.bits)
     print(f"wrote {args.dest}: {total / 1e6:.1f} MB" + ("" if args.bits else
           ", converted target identical to the trained one"))
 
