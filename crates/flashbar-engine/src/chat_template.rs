@@ -49,6 +49,11 @@ pub const MAX_OUTPUT_BYTES: usize = 8 << 20;
 /// Longest template accepted (the ones models ship are tens of KB). It
 /// bounds the depth of the syntax tree, one level per byte at most.
 pub const MAX_TEMPLATE_BYTES: usize = 256 << 10;
+/// Most tokens one `{{ }}` or `{% %}` tag may hold. minijinja's compiler
+/// folds constants by walking each operator's whole operand chain, so a
+/// chain of n operators costs n² steps: 20,000 additions took 16 s. Real
+/// tags hold tens of tokens; at this bound a tag compiles in milliseconds.
+pub const MAX_TAG_TOKENS: usize = 1000;
 /// Stack of the thread that parses and renders. Measured needs: about
 /// 500 bytes a level for the syntax tree of a chain of unary minus (the
 /// costliest per byte: 128 MiB for a whole [`MAX_TEMPLATE_BYTES`]
@@ -75,6 +80,7 @@ pub fn render_limited(
             template.len()
         )));
     }
+    check_tags(template)?;
     std::thread::scope(|scope| {
         let worker = std::thread::Builder::new()
             .name("chat-template".into())
@@ -145,6 +151,88 @@ fn environment<'source>() -> Environment<'source> {
         },
     );
     env
+}
+
+/// Refuses a template with a tag of more than [`MAX_TAG_TOKENS`] tokens.
+/// A cheap lexer over the source: it skips comments, `{% raw %}` blocks and
+/// string literals, counts a name or number as one token and any other
+/// character as one, and ends a `{{` tag only at a `}}` outside braces it
+/// opened, so it never counts fewer tokens than minijinja reads.
+fn check_tags(template: &str) -> Result<()> {
+    let bytes = template.as_bytes();
+    let find = |from: usize, needle: &[u8]| {
+        bytes
+            .get(from..)
+            .and_then(|rest| rest.windows(needle.len()).position(|w| w == needle))
+            .map(|at| from + at)
+    };
+    let mut i = 0;
+    while let Some(open) = find(i, b"{") {
+        i = open + 1;
+        let kind = match bytes.get(i) {
+            Some(&k @ (b'{' | b'%' | b'#')) => k,
+            _ => continue,
+        };
+        i += 1;
+        if kind == b'#' {
+            i = find(i, b"#}").map_or(bytes.len(), |end| end + 2);
+            continue;
+        }
+        let mut tokens = 0;
+        let mut braces = 0usize;
+        let mut first_name: Option<&[u8]> = None;
+        while i < bytes.len() {
+            let c = bytes[i];
+            if kind == b'{' && braces == 0 && bytes[i..].starts_with(b"}}") {
+                i += 2;
+                break;
+            }
+            if kind == b'%' && bytes[i..].starts_with(b"%}") {
+                i += 2;
+                break;
+            }
+            if c.is_ascii_whitespace() {
+                i += 1;
+                continue;
+            }
+            tokens += 1;
+            if tokens > MAX_TAG_TOKENS {
+                let line = 1 + bytes[..open].iter().filter(|&&b| b == b'\n').count();
+                return Err(EngineError::Template(format!(
+                    "the chat template has a tag of more than {MAX_TAG_TOKENS} tokens (line {line})"
+                )));
+            }
+            if c == b'\'' || c == b'"' {
+                i += 1;
+                while i < bytes.len() && bytes[i] != c {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            } else if c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80 {
+                let start = i;
+                while i < bytes.len()
+                    && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_' || bytes[i] >= 0x80)
+                {
+                    i += 1;
+                }
+                first_name.get_or_insert(&bytes[start..i]);
+            } else {
+                if c == b'{' {
+                    braces += 1;
+                } else if c == b'}' {
+                    braces = braces.saturating_sub(1);
+                }
+                i += 1;
+            }
+        }
+        if kind == b'%' && first_name == Some(b"raw".as_slice()) {
+            // Raw text up to `{% endraw %}` is data, not tags.
+            i = find(i, b"endraw")
+                .and_then(|end| find(end, b"%}"))
+                .map_or(bytes.len(), |end| end + 2);
+        }
+    }
+    Ok(())
 }
 
 /// Collects output, refusing (a write error ends the render) past `cap`.

@@ -97,42 +97,95 @@ fn longest(head: &str, unit: &str, tail: &str) -> String {
 }
 
 #[test]
-fn the_fuzz_crash_input_renders() {
-    // The input that killed the fuzz target with SIGSEGV (kept in
-    // fuzz/seeds/chat_template/deep-plus-chain.bin): a chain of 30,000
-    // additions, a syntax tree 30,000 levels deep that minijinja's constant
-    // folder recursed through on the caller's stack.
-    let template = format!("{{{{ 1{} }}}}", "+1".repeat(30_000));
-    let prompt = on_small_stack(|| render(&template, &user("x"), false)).unwrap();
-    assert_eq!(prompt, "30001");
+fn the_fuzz_crash_inputs_get_a_one_line_error() {
+    // The inputs that killed the fuzz target (kept in
+    // fuzz/seeds/chat_template/): a chain of 30,000 additions, a syntax
+    // tree 30,000 levels deep that minijinja's constant folder recursed
+    // through (SIGSEGV), and 60,000 minus signs before a name, which it
+    // folded in n² steps (a 30 s timeout).
+    let additions = format!("{{{{ 1{} }}}}", "+1".repeat(30_000));
+    let minus = format!("{{{{ {}m }}}}", "-".repeat(60_000));
+    for template in [additions, minus] {
+        let started = std::time::Instant::now();
+        let error = on_small_stack(|| render(&template, &user("x"), false)).unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("more than 1000 tokens (line 1)"), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn the_tag_bound_counts_tokens_not_bytes() {
+    // Strings, comments and raw blocks count as one token or none.
+    let long = "x".repeat(MAX_TEMPLATE_BYTES / 4);
+    let template = format!(
+        "{{{{ '{long}' | length }}}}{{# {long} #}}{{% raw %}}{{{{ {} }}}}{{% endraw %}}",
+        "1+".repeat(2000)
+    );
+    assert_eq!(
+        on_small_stack(|| render(&template, &user("x"), false)).unwrap(),
+        format!("{}{{{{ {} }}}}", long.len(), "1+".repeat(2000))
+    );
+    // Exactly at the bound renders; one token more is refused.
+    let at = |n: usize| format!("{{{{ 1{} }}}}", "+1".repeat(n));
+    assert_eq!(
+        render(&at((MAX_TAG_TOKENS - 1) / 2), &user("x"), false).unwrap(),
+        "500"
+    );
+    let text = render(&at((MAX_TAG_TOKENS + 1) / 2), &user("x"), false)
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("tokens"), "{text}");
+    // A `}}` inside a dict literal does not end the tag early.
+    let dict = format!("{{{{ {{'a': {{}}}} ~ {} 1 }}}}", "-".repeat(MAX_TAG_TOKENS));
+    assert!(render(&dict, &user("x"), false)
+        .unwrap_err()
+        .to_string()
+        .contains("tokens"));
 }
 
 #[test]
 fn the_deepest_syntax_trees_do_not_overflow_the_stack() {
     // Chains minijinja parses in a loop (its parser only guards recursion),
-    // each as long as the limit allows: unary minus costs the most stack
-    // per byte. Each renders, or fails with a one-line error.
-    let templates = [
-        longest("{{ ", "-", "1 }}"),
-        longest("{{ 1", "+1", " }}"),
-        longest("{{ 1", "|abs", " }}"),
-        longest("{{ messages", ".a", " }}"),
-        longest("{{ messages", "[0]", " }}"),
-        longest("{{ ", "not ", "1 }}"),
-        longest("{% if 0 %}", "{%elif 0%}", "{% endif %}"),
+    // each as long as one tag allows, written into as many tags as the byte
+    // limit allows, and `{% elif %}` chains, whose depth spans tags. Each
+    // renders, or fails with a one-line error, in bounded time.
+    let chains = [
+        format!("{{{{ {}m }}}}", "-".repeat(MAX_TAG_TOKENS - 5)),
+        format!("{{{{ m{} }}}}", "+m".repeat((MAX_TAG_TOKENS - 5) / 2)),
+        format!("{{{{ 1{} }}}}", "|abs".repeat((MAX_TAG_TOKENS - 5) / 2)),
+        format!(
+            "{{{{ messages{} }}}}",
+            ".a".repeat((MAX_TAG_TOKENS - 5) / 2)
+        ),
+        format!(
+            "{{{{ messages{} }}}}",
+            "[0]".repeat((MAX_TAG_TOKENS - 5) / 3)
+        ),
+        format!("{{{{ {}1 }}}}", "not ".repeat(MAX_TAG_TOKENS - 5)),
     ];
+    let mut templates: Vec<String> = chains
+        .iter()
+        .map(|tag| tag.repeat(MAX_TEMPLATE_BYTES / tag.len()))
+        .collect();
+    templates.push(longest("{% if 0 %}", "{%elif 0%}", "{% endif %}"));
+    templates.push(longest("{% if m %}", "{%elif m%}", "{% endif %}"));
     for template in &templates {
         assert!(template.len() <= MAX_TEMPLATE_BYTES);
+        let started = std::time::Instant::now();
         let result = on_small_stack(|| render(template, &user("x"), false));
         if let Err(error) = result {
             let text = error.to_string();
             assert!(!text.contains('\n'), "{text}");
-            assert!(!text.contains("limit"), "{text}");
+            assert!(
+                !text.contains("limit") && !text.contains("tokens"),
+                "{text}"
+            );
         }
+        let took = started.elapsed();
+        assert!(took < std::time::Duration::from_secs(20), "{took:?}");
     }
-    // The unary minus chain (an odd or even number of signs) evaluates.
-    let minus = on_small_stack(|| render(&templates[0], &user("x"), false)).unwrap();
-    assert!(minus == "1" || minus == "-1", "{minus}");
 }
 
 #[test]
