@@ -133,7 +133,7 @@ fn the_tag_bound_counts_tokens_not_bytes() {
         render(&at((MAX_TAG_TOKENS - 1) / 2), &user("x"), false).unwrap(),
         "500"
     );
-    let text = render(&at((MAX_TAG_TOKENS + 1) / 2), &user("x"), false)
+    let text = render(&at(MAX_TAG_TOKENS / 2), &user("x"), false)
         .unwrap_err()
         .to_string();
     assert!(text.contains("tokens"), "{text}");
