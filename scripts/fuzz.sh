@@ -26,11 +26,11 @@ all_targets=(config safetensors chat_request chat_template detokenize)
 # Fuzzing runs per target in --ci mode, sized so that the whole step takes
 # a few minutes on 2 shared cores (measured speeds are in fuzz/README.md).
 declare -A ci_runs=(
-  [config]=150000
-  [safetensors]=200000
-  [chat_request]=150000
+  [config]=1000000
+  [safetensors]=1500000
+  [chat_request]=1000000
   [chat_template]=20000
-  [detokenize]=600
+  [detokenize]=10000
 )
 ci_seed=1
 
