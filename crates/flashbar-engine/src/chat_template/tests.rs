@@ -98,11 +98,12 @@ fn longest(head: &str, unit: &str, tail: &str) -> String {
 
 #[test]
 fn the_fuzz_crash_inputs_get_a_one_line_error() {
-    // The inputs that killed the fuzz target (kept in
-    // fuzz/seeds/chat_template/): a chain of 30,000 additions, a syntax
-    // tree 30,000 levels deep that minijinja's constant folder recursed
-    // through (SIGSEGV), and 60,000 minus signs before a name, which it
-    // folded in n² steps (a 30 s timeout).
+    // Kept in fuzz/seeds/chat_template/: a chain of 30,000 additions
+    // (deep-plus-chain.bin), a syntax tree 30,000 levels deep that
+    // minijinja's constant folder recursed through: before the fix the fuzz
+    // target died on it with SIGSEGV and no artifact, as in the CI smoke;
+    // and 60,000 minus signs before a name (timeout-minus-chain.bin, found
+    // by the fuzzer after the stack fix), folded in n² steps: a timeout.
     let additions = format!("{{{{ 1{} }}}}", "+1".repeat(30_000));
     let minus = format!("{{{{ {}m }}}}", "-".repeat(60_000));
     for template in [additions, minus] {
