@@ -10,7 +10,9 @@
 # --ci first replays every committed input (git ls-files fuzz/seeds/TARGET
 # fuzz/corpus/TARGET), each once, then fuzzes from those alone with a fixed
 # -seed for a fixed number of runs (ci_runs below), into a throwaway corpus:
-# no clock, no local corpus, so a clean clone gets the same result anywhere.
+# no clock, no local corpus, so a clean clone does the same work anywhere.
+# The replay is exact; the fuzzing is not bit-for-bit (coverage varies a
+# little between processes), so commit any crash it finds as a seed.
 #
 # Exploratory mode fuzzes for SECONDS per target from a fresh random seed;
 # new corpus entries go to fuzz/corpus/TARGET (not committed), and the seeds
