@@ -4,6 +4,22 @@
 //! rendering has a fuel budget (no endless loops), a recursion limit (no
 //! runaway macros), and the output is streamed into a capped buffer, so a
 //! template that writes gigabytes is stopped at the cap instead of after.
+//!
+//! Stack depth. minijinja's parser guards its recursive descent, but chains
+//! it parses in a loop (`1+1+1…`, `-----1`, `x|f|f…`, `a.b.c…`, `{% elif %}`
+//! after `{% elif %}`) build a syntax tree as deep as the chain, and its
+//! compiler, constant folder and drop then recurse that deep: a 60 KB
+//! template of `+1` overflowed the 8 MiB main stack and killed the process
+//! (see docs/reliability.md). Values nest too (`{% set ns.x = [ns.x] %}` in
+//! a loop), and printing, comparing, serializing or dropping them recurses
+//! once per level. Neither depth can be checked from outside minijinja, but
+//! both are bounded: the tree by the template's length, at most
+//! [`MAX_TEMPLATE_BYTES`], and a value by the fuel, since every level is a
+//! container built by one instruction. So parsing and rendering run on a
+//! thread of their own with a [`STACK_BYTES`] stack, measured to hold the
+//! deepest of either with room to spare (the tests build both), whatever
+//! thread calls in (a tokio worker has 2 MiB).
+//!
 //! Known gap: minijinja has no memory budget for values a template builds
 //! without writing them (a string doubled by `~` in a loop); fuel bounds the
 //! number of such steps, not their size.
@@ -20,12 +36,31 @@ pub struct Message {
     pub content: String,
 }
 
-/// Instructions a template may execute before it is stopped.
-pub const FUEL: u64 = 2_000_000;
+/// Instructions a template may execute before it is stopped. It also
+/// bounds how deeply a template can nest a value (one level per
+/// instruction at most), so it is sized with [`STACK_BYTES`]: a Qwen-style
+/// template spends under 100 per message, so this renders thousands of
+/// messages.
+pub const FUEL: u64 = 400_000;
 /// Deepest nesting of macro calls and includes.
 pub const RECURSION_LIMIT: usize = 64;
 /// Largest prompt text a template may produce.
 pub const MAX_OUTPUT_BYTES: usize = 8 << 20;
+/// Longest template accepted (the ones models ship are tens of KB). It
+/// bounds the depth of the syntax tree, one level per byte at most.
+pub const MAX_TEMPLATE_BYTES: usize = 256 << 10;
+/// Most tokens one `{{ }}` or `{% %}` tag may hold. minijinja's compiler
+/// folds constants by walking each operator's whole operand chain, so a
+/// chain of n operators costs n² steps: 20,000 additions took 16 s. Real
+/// tags hold tens of tokens; at this bound a tag compiles in milliseconds.
+pub const MAX_TAG_TOKENS: usize = 1000;
+/// Stack of the thread that parses and renders. Measured needs: about
+/// 500 bytes a level for the syntax tree of a chain of unary minus (the
+/// costliest per byte: 128 MiB for a whole [`MAX_TEMPLATE_BYTES`]
+/// template), and about 420 bytes a level to print or compare a nested
+/// value (170 MiB at [`FUEL`] levels). Only the pages a render touches are
+/// ever backed by memory.
+pub const STACK_BYTES: usize = 256 << 20;
 
 /// Renders `template` over `messages` with the default limits.
 pub fn render(template: &str, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
@@ -34,6 +69,39 @@ pub fn render(template: &str, messages: &[Message], add_generation_prompt: bool)
 
 /// Renders with an output cap of `max_output` bytes.
 pub fn render_limited(
+    template: &str,
+    messages: &[Message],
+    add_generation_prompt: bool,
+    max_output: usize,
+) -> Result<String> {
+    if template.len() > MAX_TEMPLATE_BYTES {
+        return Err(EngineError::Template(format!(
+            "the chat template is {} bytes, more than the {MAX_TEMPLATE_BYTES}-byte limit",
+            template.len()
+        )));
+    }
+    check_tags(template)?;
+    std::thread::scope(|scope| {
+        let worker = std::thread::Builder::new()
+            .name("chat-template".into())
+            .stack_size(STACK_BYTES)
+            .spawn_scoped(scope, || {
+                render_here(template, messages, add_generation_prompt, max_output)
+            })
+            .map_err(|e| {
+                EngineError::Template(format!("could not start the template thread: {e}"))
+            })?;
+        worker.join().unwrap_or_else(|_| {
+            Err(EngineError::Template(
+                "the chat template renderer panicked".into(),
+            ))
+        })
+    })
+}
+
+/// Parses and renders on the calling thread (see the module's note on stack
+/// depth: [`render_limited`] calls it on a thread with a large stack).
+fn render_here(
     template: &str,
     messages: &[Message],
     add_generation_prompt: bool,
@@ -83,6 +151,88 @@ fn environment<'source>() -> Environment<'source> {
         },
     );
     env
+}
+
+/// Refuses a template with a tag of more than [`MAX_TAG_TOKENS`] tokens.
+/// A cheap lexer over the source: it skips comments, `{% raw %}` blocks and
+/// string literals, counts a name or number as one token and any other
+/// character as one, and ends a `{{` tag only at a `}}` outside braces it
+/// opened, so it never counts fewer tokens than minijinja reads.
+fn check_tags(template: &str) -> Result<()> {
+    let bytes = template.as_bytes();
+    let find = |from: usize, needle: &[u8]| {
+        bytes
+            .get(from..)
+            .and_then(|rest| rest.windows(needle.len()).position(|w| w == needle))
+            .map(|at| from + at)
+    };
+    let mut i = 0;
+    while let Some(open) = find(i, b"{") {
+        i = open + 1;
+        let kind = match bytes.get(i) {
+            Some(&k @ (b'{' | b'%' | b'#')) => k,
+            _ => continue,
+        };
+        i += 1;
+        if kind == b'#' {
+            i = find(i, b"#}").map_or(bytes.len(), |end| end + 2);
+            continue;
+        }
+        let mut tokens = 0;
+        let mut braces = 0usize;
+        let mut first_name: Option<&[u8]> = None;
+        while i < bytes.len() {
+            let c = bytes[i];
+            if kind == b'{' && braces == 0 && bytes[i..].starts_with(b"}}") {
+                i += 2;
+                break;
+            }
+            if kind == b'%' && bytes[i..].starts_with(b"%}") {
+                i += 2;
+                break;
+            }
+            if c.is_ascii_whitespace() {
+                i += 1;
+                continue;
+            }
+            tokens += 1;
+            if tokens > MAX_TAG_TOKENS {
+                let line = 1 + bytes[..open].iter().filter(|&&b| b == b'\n').count();
+                return Err(EngineError::Template(format!(
+                    "the chat template has a tag of more than {MAX_TAG_TOKENS} tokens (line {line})"
+                )));
+            }
+            if c == b'\'' || c == b'"' {
+                i += 1;
+                while i < bytes.len() && bytes[i] != c {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            } else if c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80 {
+                let start = i;
+                while i < bytes.len()
+                    && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_' || bytes[i] >= 0x80)
+                {
+                    i += 1;
+                }
+                first_name.get_or_insert(&bytes[start..i]);
+            } else {
+                if c == b'{' {
+                    braces += 1;
+                } else if c == b'}' {
+                    braces = braces.saturating_sub(1);
+                }
+                i += 1;
+            }
+        }
+        if kind == b'%' && first_name == Some(b"raw".as_slice()) {
+            // Raw text up to `{% endraw %}` is data, not tags.
+            i = find(i, b"endraw")
+                .and_then(|end| find(end, b"%}"))
+                .map_or(bytes.len(), |end| end + 2);
+        }
+    }
+    Ok(())
 }
 
 /// Collects output, refusing (a write error ends the render) past `cap`.
