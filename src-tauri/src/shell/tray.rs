@@ -97,12 +97,12 @@ fn build(app: &AppHandle) -> tauri::Result<()> {
 /// menu bar's colour, so it is `icons/tray.png` (black, the mark cut out);
 /// the opaque app icon would draw as a filled square. Elsewhere the app icon.
 #[cfg(target_os = "macos")]
-fn icon(_app: &AppHandle) -> Option<Image<'static>> {
+fn icon(_app: &AppHandle) -> Option<Image<'_>> {
     Some(tauri::include_image!("icons/tray.png"))
 }
 
 #[cfg(not(target_os = "macos"))]
-fn icon(app: &AppHandle) -> Option<Image<'static>> {
+fn icon(app: &AppHandle) -> Option<Image<'_>> {
     app.default_window_icon().cloned()
 }
 
