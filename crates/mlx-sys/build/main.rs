@@ -34,7 +34,7 @@ fn main() {
     println!("cargo:rustc-env=FLASHBAR_MLX_LIBRARY={}", library(macos));
     let host = env::var("HOST").expect("cargo sets HOST");
     let target = env::var("TARGET").expect("cargo sets TARGET");
-    let clang_args = if host != target {
+    if host != target {
         // Check-only: a cross target's MLX cannot be built here (no SDK, no
         // wheel for it), and `cargo check` / `clippy` need only the bindings.
         println!(
@@ -42,16 +42,14 @@ fn main() {
              MLX is neither built nor linked (enough for cargo check and clippy; \
              a binary for {target} will not link)"
         );
-        if macos {
-            Vec::new()
-        } else {
-            linux::bindgen_clang_args()
-        }
     } else if macos {
         macos::build_and_link(&mlx_c);
-        Vec::new()
     } else {
         linux::build_and_link(&mlx_c, &out_dir, MLX_VERSION);
+    }
+    let clang_args = if macos {
+        Vec::new()
+    } else {
         linux::bindgen_clang_args()
     };
     bindings::generate(&mlx_c, &clang_args, &out_dir.join("bindings.rs"));
