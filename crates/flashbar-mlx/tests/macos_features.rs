@@ -14,7 +14,9 @@ fn mlx_sys_features(package: &str, target: &str) -> Vec<String> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let output = Command::new(cargo)
-        .args(["tree", "--offline", "--manifest-path"])
+        // --locked: the lockfile as committed (cargo may still fetch the
+        // manifests of macOS-only crates that no Linux build downloaded).
+        .args(["tree", "--locked", "--manifest-path"])
         .arg(&manifest)
         .args(["-e", "normal", "-p", package, "--target", target])
         .args(["-i", "mlx-sys", "--depth", "0", "--format", "{p}|{f}"])
