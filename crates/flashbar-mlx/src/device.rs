@@ -76,6 +76,7 @@ pub struct Capabilities {
 impl Capabilities {
     /// Asks the linked library. Both calls are safe on every build of MLX.
     pub fn probe() -> Self {
+        crate::install_mlx_error_handler();
         let mut metal = false;
         let mut cuda = false;
         // SAFETY: each call only writes the bool it is given.

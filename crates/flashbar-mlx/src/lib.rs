@@ -16,6 +16,15 @@ pub mod memory;
 pub mod memory_guard;
 pub mod smoke;
 
+/// Installs mlx-rs's MLX error handler, which hands errors back to the
+/// caller, if no mlx-rs call has yet. mlx-c's default handler prints the
+/// error and exits the process, so every raw mlx-c call here comes after
+/// this. mlx-rs installs it (once) on its first fallible call: this is one
+/// that touches no backend.
+pub(crate) fn install_mlx_error_handler() {
+    let _ = mlx_rs::Device::cpu().get_type();
+}
+
 /// The MLX version linked, and which build of it ("cpu", "cuda" or "metal").
 pub fn library() -> (&'static str, &'static str) {
     (mlx_sys::MLX_VERSION, mlx_sys::MLX_LIBRARY)

@@ -2,7 +2,7 @@
 //!
 //! The budget is the GPU's working-set limit on macOS (Metal), the GPU's
 //! free memory on CUDA when MLX reports it, else the memory Linux says is
-//! available. `FLASHBAR_MEMORY_BUDGET` (bytes, or with a K/M/G suffix)
+//! available (the physical memory on macOS). `FLASHBAR_MEMORY_BUDGET` (bytes, or with a K/M/G suffix)
 //! overrides it, for tests and for users who want to leave room to others.
 //! [`crate::memory_guard`] refuses what does not fit and sets MLX's limit.
 
@@ -87,9 +87,38 @@ fn system_available(prefix: &str) -> MemoryBudget {
     }
 }
 
-#[cfg(not(target_os = "linux"))]
+/// macOS reports no "available" figure as Linux does; its physical memory
+/// (unified: the CPU and GPU share it) bounds what any model can use.
+#[cfg(target_os = "macos")]
 fn system_available(prefix: &str) -> MemoryBudget {
-    unknown(&format!("{prefix}available memory is only read on Linux"))
+    let mut bytes: u64 = 0;
+    let mut size = std::mem::size_of::<u64>();
+    // SAFETY: hw.memsize is a 64-bit integer; sysctl writes at most `size`
+    // bytes into `bytes` and sets `size` to what it wrote.
+    let status = unsafe {
+        libc::sysctlbyname(
+            c"hw.memsize".as_ptr(),
+            (&mut bytes as *mut u64).cast(),
+            &mut size,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if status == 0 && size == std::mem::size_of::<u64>() {
+        MemoryBudget {
+            bytes: Some(bytes),
+            source: format!("{prefix}physical memory (sysctl hw.memsize)"),
+        }
+    } else {
+        unknown(&format!("{prefix}sysctl hw.memsize failed"))
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+fn system_available(prefix: &str) -> MemoryBudget {
+    unknown(&format!(
+        "{prefix}available memory is read only on Linux and macOS"
+    ))
 }
 
 /// `1048576`, `512K`, `64M`, `2G` (binary units) -> bytes.
@@ -110,6 +139,7 @@ pub fn parse_size(text: &str) -> Option<u64> {
 }
 
 /// `MemAvailable:  123 kB` -> bytes.
+#[cfg(any(target_os = "linux", test))]
 pub(crate) fn mem_available(meminfo: &str) -> Option<u64> {
     let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let mut parts = line.split_whitespace().skip(1);
@@ -123,7 +153,8 @@ pub(crate) fn mem_available(meminfo: &str) -> Option<u64> {
 
 /// The first of `keys` that MLX's device info has for GPU 0, as a size.
 /// Only called when the library reports a usable GPU.
-fn gpu_info_size(keys: &[&CStr]) -> Option<u64> {
+pub(crate) fn gpu_info_size(keys: &[&CStr]) -> Option<u64> {
+    crate::install_mlx_error_handler();
     // SAFETY: the device and info objects are created, read and freed here;
     // MLX writes only through the pointers it is given.
     unsafe {
@@ -172,7 +203,7 @@ mod tests {
         assert_eq!(required_bytes(100 * GIB), 116 * GIB);
     }
 
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
     #[test]
     fn measures_this_machine() {
         let budget = budget();

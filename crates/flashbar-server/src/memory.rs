@@ -3,24 +3,23 @@
 //! limit set from the machine's memory budget at load, so a soak run can
 //! watch for leaks from outside the process.
 
+use mlx_rs::memory;
 use serde_json::{json, Value};
 
-/// One counter; `None` when MLX reports an error.
-fn read(get: unsafe extern "C" fn(*mut usize) -> i32) -> Option<u64> {
-    let mut bytes: usize = 0;
-    // SAFETY: the mlx-c getters write one size_t through the pointer and
-    // only read the allocator's counters (safe from any thread).
-    let status = unsafe { get(&mut bytes) };
-    (status == 0).then_some(bytes as u64)
+/// One counter; `None` when MLX reports an error. Read through mlx-rs, whose
+/// calls install its error handler first: a raw mlx-c call made before any
+/// mlx-rs call would meet mlx-c's default handler, which exits the process.
+fn read(get: fn() -> mlx_rs::error::Result<usize>) -> Option<u64> {
+    get().ok().map(|bytes| bytes as u64)
 }
 
 /// `{"active_bytes", "peak_bytes", "cache_bytes", "limit_bytes"}`.
 pub fn stats() -> Value {
     json!({
-        "active_bytes": read(mlx_sys::mlx_get_active_memory),
-        "peak_bytes": read(mlx_sys::mlx_get_peak_memory),
-        "cache_bytes": read(mlx_sys::mlx_get_cache_memory),
-        "limit_bytes": read(mlx_sys::mlx_get_memory_limit),
+        "active_bytes": read(memory::active_memory),
+        "peak_bytes": read(memory::peak_memory),
+        "cache_bytes": read(memory::cache_memory),
+        "limit_bytes": read(memory::memory_limit),
     })
 }
 

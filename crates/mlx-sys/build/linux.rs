@@ -12,8 +12,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Returns which library was linked: "cpu" or "cuda".
-pub fn build_and_link(mlx_c: &Path, out_dir: &Path, mlx_version: &str) -> &'static str {
+/// Links the CPU wheel, or the CUDA one with the `cuda` feature.
+pub fn build_and_link(mlx_c: &Path, out_dir: &Path, mlx_version: &str) {
     let cuda = env::var_os("CARGO_FEATURE_CUDA").is_some();
     let profile_dir = profile_dir(out_dir);
     let store = profile_dir.join("mlx-wheels");
@@ -36,11 +36,6 @@ pub fn build_and_link(mlx_c: &Path, out_dir: &Path, mlx_version: &str) -> &'stat
     println!("cargo:include={}", cpu_root.join("mlx/include").display());
     println!("cargo:version={mlx_version}");
     warn_without_rpath();
-    if cuda {
-        "cuda"
-    } else {
-        "cpu"
-    }
 }
 
 /// Compiler flags bindgen needs to read mlx-c's headers on this target.

@@ -7,6 +7,7 @@
 
 use super::window::{self, View};
 use crate::server::ServerStatus;
+use tauri::image::Image;
 use tauri::menu::{CheckMenuItem, Menu, MenuItem, PredefinedMenuItem};
 use tauri::tray::{MouseButton, MouseButtonState, TrayIconBuilder, TrayIconEvent};
 use tauri::{AppHandle, Manager, Wry};
@@ -84,14 +85,25 @@ fn build(app: &AppHandle) -> tauri::Result<()> {
                 }
             }
         });
-    if let Some(icon) = app.default_window_icon() {
-        tray = tray
-            .icon(icon.clone())
-            .icon_as_template(cfg!(target_os = "macos"));
+    if let Some(icon) = icon(app) {
+        tray = tray.icon(icon).icon_as_template(cfg!(target_os = "macos"));
     }
     tray.build(app)?;
     app.manage(ServerItem(server));
     Ok(())
+}
+
+/// macOS draws the menu-bar icon as a template: from its alpha alone, in the
+/// menu bar's colour, so it is `icons/tray.png` (black, the mark cut out);
+/// the opaque app icon would draw as a filled square. Elsewhere the app icon.
+#[cfg(target_os = "macos")]
+fn icon(_app: &AppHandle) -> Option<Image<'_>> {
+    Some(tauri::include_image!("icons/tray.png"))
+}
+
+#[cfg(not(target_os = "macos"))]
+fn icon(app: &AppHandle) -> Option<Image<'_>> {
+    app.default_window_icon().cloned()
 }
 
 fn label(status: &ServerStatus) -> String {
@@ -106,5 +118,21 @@ pub fn show_server(app: &AppHandle, status: &ServerStatus) {
     if let Some(item) = app.try_state::<ServerItem>() {
         let _ = item.0.set_text(label(status));
         let _ = item.0.set_checked(status.running);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A template image: one colour, black, and the shape in the alpha
+    /// channel (both fully clear and fully opaque pixels).
+    #[test]
+    fn the_macos_tray_icon_is_a_template() {
+        let icon = tauri::image::Image::from_bytes(include_bytes!("../../icons/tray.png"))
+            .expect("icons/tray.png decodes");
+        let pixels: Vec<&[u8]> = icon.rgba().chunks(4).collect();
+        assert_eq!(pixels.len(), (icon.width() * icon.height()) as usize);
+        assert!(pixels.iter().all(|p| p[..3] == [0, 0, 0]), "not all black");
+        assert!(pixels.iter().any(|p| p[3] == 0), "no clear pixel");
+        assert!(pixels.iter().any(|p| p[3] == 255), "no opaque pixel");
     }
 }

@@ -1,6 +1,8 @@
 //! The main window: shown and focused on demand, told which view to open
 //! (`navigate` event). Closing it hides it while a tray icon can bring it
-//! back; without a tray, closing it quits.
+//! back; without a tray, closing it quits. On macOS it starts hidden
+//! (`tauri.macos.conf.json`) and drops down under the menu-bar icon when
+//! that is clicked; elsewhere it opens at launch.
 
 use serde::Serialize;
 use tauri::{AppHandle, Emitter, Manager};
@@ -39,3 +41,23 @@ pub fn place_under_tray(app: &AppHandle) {
 
 #[cfg(not(target_os = "macos"))]
 pub fn place_under_tray(_app: &AppHandle) {}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    fn main_window(config: &str) -> Value {
+        let config: Value = serde_json::from_str(config).expect("valid JSON");
+        config["app"]["windows"][0].clone()
+    }
+
+    /// Tauri replaces the whole windows list with the macOS file's: its
+    /// window must be the base one, hidden at launch.
+    #[test]
+    fn the_macos_window_is_the_base_window_hidden() {
+        let mut base = main_window(include_str!("../../tauri.conf.json"));
+        let macos = main_window(include_str!("../../tauri.macos.conf.json"));
+        base["visible"] = Value::Bool(false);
+        assert_eq!(macos, base);
+    }
+}
