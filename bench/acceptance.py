@@ -8,8 +8,10 @@ Per regime (deterministic, code, prose-like) it prints: the target's output
 entropy (bits per token along the greedy path), the mean accept length per
 DFlash round (accepted drafts + 1, block 16) for ours and for z-lab, whether
 the two agree round by round and token by token (greedy decoding must), and
-decode tok/s: ours DFlash vs ours plain AR (`flashbar bench`, interleaved
-repeats in one process), z-lab DFlash vs mlx-lm plain AR (Python, same run).
+decode tok/s: ours DFlash and auto vs ours plain AR (`flashbar bench`,
+interleaved repeats in one process, each mode's tokens checked equal to plain
+decoding's), z-lab DFlash vs mlx-lm plain AR (Python, same run). The JSON
+keeps every round's recorded costs, which the gate's tests replay.
 """
 
 import argparse
@@ -54,25 +56,32 @@ BLOCK = 16
 
 
 def ours(flashbar: Path, model: Path, drafter: Path, prompts: list, max_tokens: int, repeats: int):
-    """`flashbar bench` over all prompts (one process: interleaved repeats)
-    and `flashbar generate --json` per prompt for the token ids."""
+    """`flashbar bench` over all prompts in one process: plain decoding,
+    forced DFlash and auto interleaved per repeat, each run's tokens and the
+    rounds of its last repeat."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write("\n".join(p.replace("\n", "\\n") for p in prompts) + "\n")
     bench = subprocess.run(
         [str(flashbar), "bench", "--model", str(model), "--drafter", str(drafter), "--prompts", f.name,
          "--max-tokens", str(max_tokens), "--repeats", str(repeats), "--block-size", str(BLOCK),
          "--json"], check=True, capture_output=True, text=True)
-    reports = json.loads(bench.stdout)["prompts"]
+    from mlx_lm.utils import load_tokenizer
+
+    tokenizer = load_tokenizer(model)
     out = []
-    for prompt, report in zip(prompts, reports):
-        generate = subprocess.run(
-            [str(flashbar), "generate", "--model", str(model), "--drafter", str(drafter),
-             "--speculation", "dflash", "--block-size", str(BLOCK), "--max-tokens", str(max_tokens),
-             "--json", prompt], check=True, capture_output=True, text=True)
-        rounds = [r["committed"] for r in report["dflash"]["rounds"] if r["mode"] == "dflash"]
-        out.append({"tokens": json.loads(generate.stdout)["token_ids"], "rounds": rounds,
+    for prompt, report in zip(prompts, json.loads(bench.stdout)["prompts"]):
+        fast, auto = report["dflash"], report["auto"]
+        out.append({"tokens": report["token_ids"],
+                    "prompt_ids": tokenizer.encode(prompt, add_special_tokens=False), "dflash_tokens": fast["token_ids"],
+                    "auto_tokens": auto["token_ids"],
+                    "rounds": [r["committed"] for r in fast["rounds"] if r["mode"] == "dflash"],
+                    "round_costs": [{k: r[k] for k in ("mode", "committed", "draft_ms", "verify_ms",
+                                                       "rollback_ms")} for r in fast["rounds"]],
+                    "auto_rounds": [{k: r[k] for k in ("mode", "committed", "gate")}
+                                    for r in auto["rounds"]],
                     "ar_tps": report["decode_tokens_per_second"],
-                    "dflash_tps": report["dflash"]["decode_tokens_per_second"]})
+                    "dflash_tps": fast["decode_tokens_per_second"],
+                    "auto_tps": auto["decode_tokens_per_second"]})
     return out
 
 
@@ -136,13 +145,19 @@ def main():
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--no-reference", action="store_true",
+                        help="ours only (z-lab and mlx-lm take most of the run on a CPU)")
     args = parser.parse_args()
     results = {}
     for regime, prompts in PROMPTS.items():
         a = ours(args.flashbar, args.model, args.drafter, prompts, args.max_tokens, args.repeats)
-        b = zlab(args.model, args.drafter, prompts, args.max_tokens)
+        b = (zlab(args.model, args.drafter, prompts, args.max_tokens) if not args.no_reference
+             else [None] * len(prompts))
         rows = []
         for prompt, x, y in zip(prompts, a, b):
+            if y is None:  # --no-reference: z-lab's columns repeat ours, marked as such
+                y = {"tokens": x["tokens"], "rounds": x["rounds"], "dflash_tps": float("nan"),
+                     "ar_tps": float("nan"), "prompt_ids": x["prompt_ids"]}
             n = min(len(x["rounds"]), len(y["rounds"])) - 1  # the last round may be cut at max_tokens
             rows.append({
                 "prompt": prompt,
@@ -150,7 +165,10 @@ def main():
                 "ours_accept": mean(x["rounds"]), "zlab_accept": mean(y["rounds"]),
                 "rounds_agree": x["rounds"][:n] == y["rounds"][:n] and n >= 0,
                 "tokens_agree": x["tokens"] == y["tokens"][:len(x["tokens"])],
+                "lossless": x["dflash_tokens"] == x["tokens"] and x["auto_tokens"] == x["tokens"],
                 "ours_ar_tps": x["ar_tps"], "ours_dflash_tps": x["dflash_tps"],
+                "ours_auto_tps": x["auto_tps"], "round_costs": x["round_costs"],
+                "auto_rounds": x["auto_rounds"],
                 "zlab_ar_tps": y["ar_tps"], "zlab_dflash_tps": y["dflash_tps"],
                 "ours_rounds": x["rounds"], "zlab_rounds": y["rounds"],
             })
@@ -158,20 +176,27 @@ def main():
             "entropy_bits": mean(r["entropy_bits"] for r in rows),
             "ours_accept": mean(r["ours_accept"] for r in rows),
             "zlab_accept": mean(r["zlab_accept"] for r in rows),
+            "reference": not args.no_reference,
             "rounds_agree": all(r["rounds_agree"] for r in rows),
             "tokens_agree": all(r["tokens_agree"] for r in rows),
+            "lossless": all(r["lossless"] for r in rows),
             "ours_speedup": mean(r["ours_dflash_tps"] / r["ours_ar_tps"] for r in rows),
+            "ours_auto_speedup": mean(r["ours_auto_tps"] / r["ours_ar_tps"] for r in rows),
+            "ours_auto_min_speedup": min(r["ours_auto_tps"] / r["ours_ar_tps"] for r in rows),
+            "ours_auto_tps": mean(r["ours_auto_tps"] for r in rows),
             "zlab_speedup": mean(r["zlab_dflash_tps"] / r["zlab_ar_tps"] for r in rows),
             "ours_dflash_tps": mean(r["ours_dflash_tps"] for r in rows),
             "ours_ar_tps": mean(r["ours_ar_tps"] for r in rows),
             "prompts": rows,
         }
-    print(f"{'regime':<14}{'entropy':>8}{'accept ours':>12}{'z-lab':>7}{'agree':>7}"
-          f"{'ours DFlash/AR':>16}{'z-lab DFlash/AR':>17}")
+    print(f"device {mx.default_device()}, drafter {args.drafter}")
+    print(f"{'regime':<14}{'entropy':>8}{'accept ours':>12}{'z-lab':>7}{'agree':>7}{'lossless':>9}"
+          f"{'AR tok/s':>10}{'DFlash/AR':>10}{'auto/AR':>9}{'(min)':>7}{'z-lab DFlash/AR':>16}")
     for regime, r in results.items():
         print(f"{regime:<14}{r['entropy_bits']:>8.2f}{r['ours_accept']:>12.2f}{r['zlab_accept']:>7.2f}"
-              f"{str(r['rounds_agree'] and r['tokens_agree']):>7}"
-              f"{r['ours_speedup']:>15.2f}x{r['zlab_speedup']:>16.2f}x")
+              f"{str(r['rounds_agree'] and r['tokens_agree']):>7}{str(r['lossless']):>9}"
+              f"{r['ours_ar_tps']:>10.1f}{r['ours_speedup']:>9.2f}x{r['ours_auto_speedup']:>8.2f}x"
+              f"{r['ours_auto_min_speedup']:>6.2f}x{r['zlab_speedup']:>15.2f}x")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"model": str(args.model), "drafter": str(args.drafter),

@@ -54,6 +54,8 @@ struct PromptReport {
     completion_tokens: usize,
     prefill_tokens_per_second: f64,
     decode_tokens_per_second: f64,
+    /// The tokens plain decoding generated (the last repeat).
+    token_ids: Vec<u32>,
     /// Speculation "dflash" (every round) and "auto" (the gate decides).
     #[serde(skip_serializing_if = "Option::is_none")]
     dflash: Option<SpecReport>,
@@ -72,6 +74,8 @@ struct SpecReport {
     end_speedup: f64,
     /// Every round of the last run: the metrics stream the app charts.
     rounds: Vec<RoundStats>,
+    /// The tokens of the last run (lossless: the same as plain decoding's).
+    token_ids: Vec<u32>,
 }
 
 /// Keeps the rounds of a run.
@@ -143,16 +147,23 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     for prompt in &prompts {
         let (mut runs, mut fast, mut auto) = (Vec::new(), Vec::new(), Vec::new());
         let (mut fast_log, mut auto_log) = (RoundLog::default(), RoundLog::default());
+        let (mut plain_ids, mut fast_ids, mut auto_ids) = (Vec::new(), Vec::new(), Vec::new());
         // Interleaved, so drift (heat, other load) hits every mode alike.
         for _ in 0..args.repeats.max(1) {
-            runs.push(run_once(prompt, args.max_tokens, Speculation::Off)?.stats);
+            let plain = run_once(prompt, args.max_tokens, Speculation::Off)?;
+            runs.push(plain.stats);
+            plain_ids = plain.token_ids;
             if engine.drafter().is_some() {
                 fast_log = RoundLog::default();
                 let speculation = Speculation::Dflash;
-                fast.push(run_logged(prompt, args.max_tokens, speculation, &mut fast_log)?.stats);
+                let run = run_logged(prompt, args.max_tokens, speculation, &mut fast_log)?;
+                fast.push(run.stats);
+                fast_ids = run.token_ids;
                 auto_log = RoundLog::default();
                 let speculation = Speculation::Auto;
-                auto.push(run_logged(prompt, args.max_tokens, speculation, &mut auto_log)?.stats);
+                let run = run_logged(prompt, args.max_tokens, speculation, &mut auto_log)?;
+                auto.push(run.stats);
+                auto_ids = run.token_ids;
             }
         }
         let median_of = |runs: &[flashbar_engine::Totals],
@@ -179,7 +190,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         let plain_speed = pooled(&runs);
         let last_half = |runs: &[flashbar_engine::Totals]| pooled(&runs[runs.len() / 2..]);
         let plain_end_speed = last_half(&runs);
-        let report = |runs: &[flashbar_engine::Totals], log: RoundLog| {
+        let report = |runs: &[flashbar_engine::Totals], log: RoundLog, token_ids: Vec<u32>| {
             (!runs.is_empty()).then(|| {
                 let speed = pooled(runs);
                 SpecReport {
@@ -188,16 +199,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                     speedup: speed / plain_speed,
                     end_speedup: last_half(runs) / plain_end_speed,
                     rounds: log.0,
+                    token_ids,
                 }
             })
         };
-        let dflash = report(&fast, fast_log);
-        let auto = report(&auto, auto_log);
+        let dflash = report(&fast, fast_log, fast_ids);
+        let auto = report(&auto, auto_log, auto_ids);
         reports.push(PromptReport {
             prompt_tokens: runs[0].prompt_tokens,
             completion_tokens: runs[0].completion_tokens,
             prefill_tokens_per_second: median(&|s| s.prompt_tokens as f64 / s.prompt_seconds),
             decode_tokens_per_second: plain_speed,
+            token_ids: plain_ids,
             dflash,
             auto,
         });
