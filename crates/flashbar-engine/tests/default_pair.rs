@@ -18,8 +18,10 @@ const CODE: [&str; 3] = [
 ];
 /// Mean committed tokens per DFlash round (accepted drafts + 1) that each
 /// prompt set must reach. Measured on these prompts (greedy, block 16, 48
-/// tokens): 1.327 deterministic, 1.245 code; the floors keep a margin.
-const ACCEPT_FLOORS: [(&str, f64); 2] = [("deterministic", 1.2), ("code", 1.1)];
+/// tokens) with the drafter trained on the H200 (docs/acceptance.md): 9.73
+/// deterministic, 2.57 code (the first drafter, trained on the CPU: 1.33
+/// and 1.25); the floors keep a margin.
+const ACCEPT_FLOORS: [(&str, f64); 2] = [("deterministic", 8.0), ("code", 2.0)];
 
 fn default_pair() -> Engine {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/default");
