@@ -7,22 +7,36 @@
 # The binary's rpath is $ORIGIN/mlx/lib and libmlx's own RPATH names
 # ../../nvidia, so the pack works from any folder once `nvidia` (the CUDA 13
 # nvidia-* wheels, e.g. torch's) is linked beside it.
+#
+# Also downloads into .whl/ the Python 3.12 wheels the device's training and
+# reference runs need (mlx's bindings, mlx-lm, z-lab's dflash): carry .whl in
+# the call that unpacks. `--no-binary` packs only the wheel's libraries (no
+# Rust build), enough for training/h200.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=target/cuda
-# The nvidia libraries libmlx needs exist only on the GPU machine.
-export RUSTFLAGS="-C link-arg=-Wl,-rpath,\$ORIGIN/mlx/lib:\$ORIGIN/../mlx/lib -C link-arg=-Wl,--allow-shlib-undefined"
-CARGO_TARGET_DIR=$target cargo build --release --features cuda -p flashbar-cli
-profile=$target/release
-
 stage=.h200/stage
 rm -rf .h200 && mkdir -p "$stage"
-cp "$profile/flashbar" "$stage/"
-cp -rL "$profile/mlx" "$stage/mlx"
+if [ "${1:-}" = --no-binary ]; then
+  wheel="${XDG_CACHE_HOME:-$HOME/.cache}/flashbar/wheels/mlx_cuda_13-0.32.2-py3-none-manylinux_2_35_x86_64.whl"
+  [ -f "$wheel" ] || { echo "no $wheel: run FLASHBAR_CUDA=1 scripts/setup.sh" >&2; exit 1; }
+  python3 -m zipfile -e "$wheel" "$stage"
+  rm -rf "$stage"/*.dist-info
+else
+  # The nvidia libraries libmlx needs exist only on the GPU machine.
+  export RUSTFLAGS="-C link-arg=-Wl,-rpath,\$ORIGIN/mlx/lib:\$ORIGIN/../mlx/lib -C link-arg=-Wl,--allow-shlib-undefined"
+  CARGO_TARGET_DIR=$target cargo build --release --features cuda -p flashbar-cli
+  profile=$target/release
+  cp "$profile/flashbar" "$stage/"
+  strip "$stage/flashbar"
+  cp -rL "$profile/mlx" "$stage/mlx"
+  cp -rL "$profile/mlx_cuda_13.libs" "$stage/"
+fi
 # mlx/include stays: the CUDA backend JIT-compiles kernels against those headers.
 rm -rf "$stage/mlx/share"
-cp -rL "$profile/mlx_cuda_13.libs" "$stage/"
-strip "$stage/flashbar" "$stage/mlx/lib/libmlx.so"
+strip "$stage/mlx/lib/libmlx.so"
+rm -rf .whl && python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp --platform manylinux_2_35_x86_64 -d .whl mlx==0.32.2 mlx-lm==0.32.2 dflash==0.1.0
 tar -C "$stage" -cf - . | xz -T2 -6 > .h200/flashbar-cuda.tar.xz
 rm -rf "$stage"
 # Parts of 36 MB: a call carries the ~24 MB working tree too, 64 MiB in all.
