@@ -1,5 +1,5 @@
-//! The decoding loop: plain steps and DFlash draft-verify rounds ("DFlash
-//! loop" in DESIGN.md), mixed as the speedup gate decides. Lossless: every
+//! The decoding loop: plain steps and DFlash draft-verify rounds ("the
+//! draft-verify loop" in docs/dflash.md), mixed as the speedup gate decides. Lossless: every
 //! committed token is the target's own choice at its position (argmax, or
 //! the position-keyed sample), so the output equals plain decoding's.
 

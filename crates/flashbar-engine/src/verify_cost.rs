@@ -1,6 +1,6 @@
 //! What a DFlash verify costs next to one plain decode step. A round commits
 //! at most `block` tokens for one verify, so `verify / decode` caps every
-//! speedup speculation can give (REFERENCE.md, "Where the speed is").
+//! speedup speculation can give (docs/dflash.md, "Where the speed bound is").
 
 use crate::engine::Engine;
 use crate::error::Result;

@@ -3,7 +3,7 @@
 //! Projections -> short causal depthwise conv (K taps, state of K-1 rows) ->
 //! per-head L2-normalized q/k -> the gated delta recurrence over a f32 state
 //! `S [B, Hv, Dv, Dk]` -> gated RMSNorm -> output projection.
-//! The recurrence, per step t (REFERENCE.md):
+//! The recurrence, per step t (docs/dflash.md):
 //!   S <- g_t S;  delta_t = beta_t (v_t - S k_t);  S <- S + delta_t k_t^T;  y_t = S q_t
 
 use crate::config::TextConfig;
@@ -25,7 +25,7 @@ pub struct GdnState {
 }
 
 /// What a verify forward records so the layer can roll back to any prefix
-/// without recomputing projections, conv or norms (REFERENCE.md, "tape").
+/// without recomputing projections, conv or norms (docs/dflash.md, "The tape").
 #[derive(Clone)]
 pub struct GdnTape {
     /// The previous conv state followed by the T raw qkv rows `[B, K-1+T, C]`.
