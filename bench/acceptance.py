@@ -155,16 +155,17 @@ def main():
              else [None] * len(prompts))
         rows = []
         for prompt, x, y in zip(prompts, a, b):
-            if y is None:  # --no-reference: z-lab's columns repeat ours, marked as such
-                y = {"tokens": x["tokens"], "rounds": x["rounds"], "dflash_tps": float("nan"),
+            compared = y is not None
+            if not compared:  # --no-reference: no z-lab run; its columns read nan / None
+                y = {"tokens": [], "rounds": [], "dflash_tps": float("nan"),
                      "ar_tps": float("nan"), "prompt_ids": x["prompt_ids"]}
             n = min(len(x["rounds"]), len(y["rounds"])) - 1  # the last round may be cut at max_tokens
             rows.append({
                 "prompt": prompt,
-                "entropy_bits": entropy_bits(args.model, y["prompt_ids"], y["tokens"]),
+                "entropy_bits": entropy_bits(args.model, x["prompt_ids"], x["tokens"]),
                 "ours_accept": mean(x["rounds"]), "zlab_accept": mean(y["rounds"]),
-                "rounds_agree": x["rounds"][:n] == y["rounds"][:n] and n >= 0,
-                "tokens_agree": x["tokens"] == y["tokens"][:len(x["tokens"])],
+                "rounds_agree": (x["rounds"][:n] == y["rounds"][:n] and n >= 0) if compared else None,
+                "tokens_agree": x["tokens"] == y["tokens"][:len(x["tokens"])] if compared else None,
                 "lossless": x["dflash_tokens"] == x["tokens"] and x["auto_tokens"] == x["tokens"],
                 "ours_ar_tps": x["ar_tps"], "ours_dflash_tps": x["dflash_tps"],
                 "ours_auto_tps": x["auto_tps"], "round_costs": x["round_costs"],
@@ -177,8 +178,8 @@ def main():
             "ours_accept": mean(r["ours_accept"] for r in rows),
             "zlab_accept": mean(r["zlab_accept"] for r in rows),
             "reference": not args.no_reference,
-            "rounds_agree": all(r["rounds_agree"] for r in rows),
-            "tokens_agree": all(r["tokens_agree"] for r in rows),
+            "rounds_agree": all(r["rounds_agree"] for r in rows) if not args.no_reference else None,
+            "tokens_agree": all(r["tokens_agree"] for r in rows) if not args.no_reference else None,
             "lossless": all(r["lossless"] for r in rows),
             "ours_speedup": mean(r["ours_dflash_tps"] / r["ours_ar_tps"] for r in rows),
             "ours_auto_speedup": mean(r["ours_auto_tps"] / r["ours_ar_tps"] for r in rows),
