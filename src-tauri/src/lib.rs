@@ -99,6 +99,10 @@ pub fn run() {
         .setup(|app| {
             shell::menu_bar_only(app);
             let handle = app.handle().clone();
+            // Where an installed app carries the default pair (docs/bundle.md).
+            if let Ok(dir) = app.path().resource_dir() {
+                engine::pair::set_resource_dir(dir);
+            }
             let settings = settings::load(&handle);
             let pair = engine::pair::resolve(&settings.target, &settings.drafter).unwrap_or_else(
                 |error| {
