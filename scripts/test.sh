@@ -51,6 +51,16 @@ else
   bash tests/e2e/run.sh
 fi
 
+# The app as a user installs it: the .deb packed from that same debug build,
+# installed with apt and started from /usr/bin under Xvfb (tests/e2e/deb.sh;
+# docs/bundle.md). macOS builds its .app with scripts/bundle.sh instead.
+echo "== .deb: pack, install, start from /usr/bin (Xvfb)"
+if [ "$(uname -s)" = Darwin ]; then
+  echo "skipped on macOS: the .deb is Linux's; docs/macos.md says how to build and check Flashbar.app there"
+else
+  bash tests/e2e/deb.sh
+fi
+
 echo "== python (reference venv)"
 .venv/bin/python -m pytest -q tests/python
 echo "all tests passed"

@@ -13,6 +13,15 @@ fn main() {
     let names: &'static [&'static str] =
         Vec::leak(names.into_iter().map(|name| &*String::leak(name)).collect());
     let manifest = tauri_build::AppManifest::new().commands(names);
+    // The .deb installs this binary in /usr/bin and MLX's libraries in
+    // /usr/lib/Flashbar/mlx/lib (bundle resources go to /usr/lib/<product>):
+    // a second rpath beside the workspace's `$ORIGIN/mlx/lib`
+    // (.cargo/config.toml), for this binary only. docs/bundle.md.
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!(
+            "cargo:rustc-link-arg-bin=flashbar-app=-Wl,-rpath,$ORIGIN/../lib/Flashbar/mlx/lib"
+        );
+    }
     tauri_build::try_build(tauri_build::Attributes::new().app_manifest(manifest))
         .expect("tauri build step");
 }
