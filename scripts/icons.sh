@@ -4,7 +4,9 @@
 # window / Linux tray icon): icon.icns for the macOS .app and the PNG sizes
 # the .deb installs under /usr/share/icons/hicolor. Uses `tauri icon` from
 # @tauri-apps/cli (package.json); the results are committed, so a bundle
-# build does not need this. docs/macos.md, "The bundle", says where each goes.
+# build does not need this. docs/bundle.md says where each goes. (tauri icon
+# writes the .icns entries in a varying order: a rerun may show icon.icns
+# changed with the same images in it.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
