@@ -80,6 +80,9 @@ impl Decoding<'_, '_> {
             prompt_len: prompt.len(),
             max_tokens,
         };
+        if let Control::Gated(gate) = &mut self.control {
+            gate.begin_request(max_tokens);
+        }
         let mut blocks = self
             .proposer
             .as_ref()
