@@ -190,8 +190,11 @@ def load_sequences(args, target, stream, rng, target_dir: Path) -> np.ndarray:
         saved = np.load(cache, allow_pickle=False)
         if json.loads(str(saved["meta"])) == meta:
             return saved["sequences"]
+    began = time.time()
     sequences = distill(target, stream, args.sequences, args.prompt, args.generate,
                         args.distill_batch, rng, sampled_from)
+    print(f"distilled {len(sequences)} sequences at batch {args.distill_batch} in "
+          f"{time.time() - began:.1f} s", flush=True)
     np.savez(cache, sequences=sequences, meta=json.dumps(meta))
     return sequences
 
