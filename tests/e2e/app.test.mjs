@@ -6,12 +6,13 @@
 // local test hub (run.sh), with a moving progress bar, cancel and resume,
 // and loads it. Every view is saved as a screenshot in $E2E_SCREENSHOTS,
 // in light mode (dark.test.mjs takes the dark ones).
-import { Builder, By, until } from "selenium-webdriver";
+import { By, until } from "selenium-webdriver";
 import assert from "node:assert/strict";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { ENGINE_READY, openApp } from "./driver.mjs";
 
 // Generous: CI machines share their two cores, and a wait only costs time when it fails.
 const WAIT = 30_000;
@@ -47,12 +48,7 @@ function freePort() {
 
 before(async () => {
   assert.ok(APP, "FLASHBAR_APP must name the app binary");
-  driver = await new Builder()
-    .usingServer("http://127.0.0.1:4444/")
-    .withCapabilities({ browserName: "wry", "tauri:options": { application: APP } })
-    .build();
-  // The engine loads in the background; the banner says when it is ready.
-  await driver.wait(until.elementLocated(By.css('[data-testid="engine-status"][data-state="ready"]')), 120_000);
+  driver = await openApp(APP);
   const dark = await driver.executeScript("return matchMedia('(prefers-color-scheme: dark)').matches");
   assert.equal(dark, false, "this pass is the light one");
 });
@@ -226,7 +222,7 @@ test("the models view downloads a pair from the local hub, cancels, resumes and 
     WAIT,
     "the engine did not switch to the downloaded pair",
   );
-  await driver.wait(until.elementLocated(By.css('[data-testid="engine-status"][data-state="ready"]')), 120_000);
+  await driver.wait(until.elementLocated(ENGINE_READY), 120_000);
   await shot("models-downloaded");
 });
 

@@ -3,11 +3,12 @@
 // prefers-color-scheme: dark). Fills each view with real content (a short
 // chat answer, its metrics, the models and settings) and saves a
 // screenshot of each in $E2E_SCREENSHOTS/dark, to compare with light/.
-import { Builder, By, until } from "selenium-webdriver";
+import { By, until } from "selenium-webdriver";
 import assert from "node:assert/strict";
 import { mkdir, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { openApp } from "./driver.mjs";
 
 // Generous: CI machines share their two cores, and a wait only costs time when it fails.
 const WAIT = 30_000;
@@ -29,11 +30,7 @@ async function tab(view) {
 
 before(async () => {
   assert.ok(APP, "FLASHBAR_APP must name the app binary");
-  driver = await new Builder()
-    .usingServer("http://127.0.0.1:4444/")
-    .withCapabilities({ browserName: "wry", "tauri:options": { application: APP } })
-    .build();
-  await driver.wait(until.elementLocated(By.css('[data-testid="engine-status"][data-state="ready"]')), 120_000);
+  driver = await openApp(APP);
 });
 
 after(async () => {

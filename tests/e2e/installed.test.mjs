@@ -3,10 +3,11 @@
 // package put under /usr/lib/Flashbar (docs/bundle.md): the default pair
 // from there, MLX's library from there, and answer a chat with them. The
 // source tree is still on this machine, so each is checked by its path.
-import { Builder, By, until } from "selenium-webdriver";
+import { By, until } from "selenium-webdriver";
 import assert from "node:assert/strict";
 import { readFileSync, readdirSync, readlinkSync, realpathSync } from "node:fs";
 import { after, before, test } from "node:test";
+import { openApp } from "./driver.mjs";
 
 const APP = process.env.FLASHBAR_APP;
 const LIB = "/usr/lib/Flashbar";
@@ -31,11 +32,7 @@ function appPid() {
 
 before(async () => {
   assert.ok(APP?.startsWith("/usr/bin/"), `FLASHBAR_APP must be the installed binary, not ${APP}`);
-  driver = await new Builder()
-    .usingServer("http://127.0.0.1:4444/")
-    .withCapabilities({ browserName: "wry", "tauri:options": { application: APP } })
-    .build();
-  await driver.wait(until.elementLocated(By.css('[data-testid="engine-status"][data-state="ready"]')), 120_000);
+  driver = await openApp(APP);
 });
 
 after(async () => {
