@@ -82,8 +82,64 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("flashbar: {error:#}");
+            eprintln!("flashbar: {}", one_line(&error));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes on one line, each said once: a cause whose text
+/// the message before it already holds (an error type that prints its
+/// source in its own message) is not repeated. anyhow's `{:#}` repeats it:
+/// "x.incomplete: No space left on device (os error 28): No space left on
+/// device (os error 28)" (docs/reliability.md, "Disk full").
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = error.to_string();
+    for cause in error.chain().skip(1) {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    /// An error that prints its source in its own message too.
+    #[derive(Debug)]
+    struct Echoes {
+        path: String,
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Echoes {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}: {}", self.path, self.source)
+        }
+    }
+
+    impl std::error::Error for Echoes {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_said_once() {
+        let io = std::io::Error::from_raw_os_error(28);
+        let error = anyhow::Error::new(Echoes {
+            path: "x.incomplete".into(),
+            source: io,
+        })
+        .context("pull a/b");
+        let line = one_line(&error);
+        assert_eq!(line.matches("os error 28").count(), 1, "{line}");
+        assert!(line.starts_with("pull a/b: x.incomplete: "), "{line}");
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(one_line(&plain), "outer: inner");
     }
 }

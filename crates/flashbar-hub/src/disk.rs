@@ -25,7 +25,7 @@ pub fn ensure_free(dir: &Path, needed: u64, assume_free: Option<u64>) -> Result<
 }
 
 /// The store may not exist yet: measure the nearest folder that does.
-fn existing_ancestor(dir: &Path) -> PathBuf {
+pub(crate) fn existing_ancestor(dir: &Path) -> PathBuf {
     let mut probe = dir.to_owned();
     while !probe.exists() {
         match probe.parent() {

@@ -190,10 +190,7 @@ impl Fetch<'_> {
                 });
             }
             if let Err(e) = out.write_all(&chunk).await {
-                break Err(HubError::Io {
-                    path: partial.to_owned(),
-                    source: e,
-                });
+                break Err(HubError::io(partial)(e));
             }
             hasher.update(&chunk);
             have += chunk.len() as u64;

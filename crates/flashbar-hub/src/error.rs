@@ -43,10 +43,23 @@ pub enum HubError {
     /// The server answered something the protocol does not allow.
     #[error("{context}: {detail}")]
     Protocol { context: String, detail: String },
-    #[error("{}: {source}", path.display())]
+    /// The disk filled up while the pull was writing: what was downloaded
+    /// stays (the partial file resumes on the next pull), and the message
+    /// says how much more room the rest needs.
+    #[error("the disk holding {} is full: the rest of the download needs {needed} more bytes ({}), {free} are free; free some space and pull again to resume (the {kept} bytes downloaded so far are kept)", dir.display(), human_bytes(*needed))]
+    DiskFilled {
+        dir: PathBuf,
+        needed: u64,
+        free: u64,
+        kept: u64,
+    },
+    /// Not marked `#[source]`: the message already ends with the OS error,
+    /// and a printer that walks the source chain (anyhow's `{:#}`) would
+    /// say it twice.
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{0}")]
     Invalid(String),
@@ -63,7 +76,16 @@ impl HubError {
 
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> HubError {
         let path = path.into();
-        move |source| HubError::Io { path, source }
+        move |error| HubError::Io { path, error }
+    }
+
+    /// Whether this is a write that failed because the disk (or the
+    /// user's quota) is full.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(
+            self,
+            HubError::Io { error, .. } if is_disk_full(error)
+        )
     }
 
     pub(crate) fn transient(context: impl Into<String>, detail: impl ToString) -> HubError {
@@ -78,6 +100,29 @@ impl HubError {
             context: context.into(),
             detail: detail.to_string(),
         }
+    }
+}
+
+pub(crate) fn is_disk_full(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
+}
+
+/// `14.0 MiB`: a size a person reads at a glance.
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
     }
 }
 

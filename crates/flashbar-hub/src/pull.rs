@@ -9,6 +9,7 @@ use crate::lock;
 use crate::progress::{EventSink, PullEvent, Tracker};
 use crate::remote::{Remote, RemoteFile, RemoteRepo};
 use crate::retry::{backoff, pause};
+use crate::store::RepoLayout;
 use crate::CancelToken;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
@@ -128,21 +129,13 @@ pub async fn pull(
         total_bytes: plan.total_bytes,
         to_download_bytes: needed,
     });
-    layout.create_dirs().map_err(HubError::io(layout.root()))?;
-    for file in &plan.files {
-        let blob = layout.blob(&file.etag);
-        if !layout.is_complete(file).await {
-            let _lock = lock::try_lock(&layout.lock_path(&file.etag), &file.path)?;
-            // Another process may have finished it while we waited for nothing.
-            if !layout.is_complete(file).await {
-                let url = remote.file_url(&plan.repo, &plan.commit, &file.path);
-                fetch_with_retries(config, &remote, &url, file, &blob, cancel, &mut tracker)
-                    .await?;
-            }
-        }
-        layout
-            .link(&plan.commit, file)
-            .map_err(HubError::io(layout.root()))?;
+    let fetched = fetch_all(config, &remote, &plan, &layout, cancel, &mut tracker).await;
+    if let Err(error) = fetched {
+        return Err(if error.is_disk_full() {
+            disk_filled(config, &plan, &layout).await
+        } else {
+            error
+        });
     }
     if plan.revision != plan.commit {
         layout
@@ -161,6 +154,52 @@ pub async fn pull(
         files: plan.files,
         downloaded_bytes: needed,
     })
+}
+
+/// Fetches every file of the plan that is not complete yet, and links it
+/// into the snapshot.
+async fn fetch_all(
+    config: &HubConfig,
+    remote: &Remote,
+    plan: &PullPlan,
+    layout: &RepoLayout,
+    cancel: &CancelToken,
+    tracker: &mut Tracker<'_>,
+) -> Result<(), HubError> {
+    layout.create_dirs().map_err(HubError::io(layout.root()))?;
+    for file in &plan.files {
+        let blob = layout.blob(&file.etag);
+        if !layout.is_complete(file).await {
+            let _lock = lock::try_lock(&layout.lock_path(&file.etag), &file.path)?;
+            // Another process may have finished it while we waited for nothing.
+            if !layout.is_complete(file).await {
+                let url = remote.file_url(&plan.repo, &plan.commit, &file.path);
+                fetch_with_retries(config, remote, &url, file, &blob, cancel, tracker).await?;
+            }
+        }
+        layout
+            .link(&plan.commit, file)
+            .map_err(HubError::io(layout.root()))?;
+    }
+    Ok(())
+}
+
+/// The disk filled up mid-pull (another program wrote to it, or the free
+/// space measured before the start was not really there): how much the rest
+/// needs, measured now, so the user knows what to free. The partial file
+/// stays, so the next pull resumes it (docs/reliability.md).
+async fn disk_filled(config: &HubConfig, plan: &PullPlan, layout: &RepoLayout) -> HubError {
+    let mut kept = 0u64;
+    for file in &plan.files {
+        kept += layout.bytes_present(file).await;
+    }
+    let root = config.store.root();
+    HubError::DiskFilled {
+        dir: root.to_owned(),
+        needed: plan.total_bytes.saturating_sub(kept),
+        free: disk::free_bytes(&disk::existing_ancestor(root)).unwrap_or(0),
+        kept,
+    }
 }
 
 async fn fetch_with_retries(

@@ -50,12 +50,26 @@ impl Checkpoint {
         Ok(Checkpoint { tensors })
     }
 
-    /// Loads every tensor (lazily: MLX reads the bytes when they are used).
+    /// Loads every tensor and reads its bytes now. MLX would read them
+    /// lazily, at the first request; then a folder truncated or replaced
+    /// under a running engine failed that request, and every later one, with
+    /// "Unable to read from file" (docs/reliability.md, "A model folder
+    /// changed under a running engine"). Read here, a change after loading
+    /// cannot reach the engine, and one during loading fails the load.
     pub fn load(&self) -> Result<HashMap<String, Array>> {
         let files: BTreeSet<&PathBuf> = self.tensors.values().map(|t| &t.file).collect();
         let mut by_stored_name = HashMap::new();
         for file in files {
-            by_stored_name.extend(Array::load_safetensors(file)?);
+            let arrays = Array::load_safetensors(file)?;
+            mlx_rs::transforms::eval(arrays.values()).map_err(|e| ModelError::Safetensors {
+                path: file.clone(),
+                // mlx-c appends its source location to the message.
+                reason: format!(
+                    "cannot read its tensors (changed while loading?): {}",
+                    e.what().split(" at /").next().unwrap_or_default()
+                ),
+            })?;
+            by_stored_name.extend(arrays);
         }
         let mut out = HashMap::with_capacity(self.tensors.len());
         for (name, info) in &self.tensors {
@@ -90,9 +104,9 @@ fn is_ignored(name: &str) -> bool {
 fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
-        let text = std::fs::read_to_string(&index).map_err(|source| ModelError::Io {
+        let text = std::fs::read_to_string(&index).map_err(|error| ModelError::Io {
             path: index.clone(),
-            source,
+            error,
         })?;
         let shards = shard_names(&text).map_err(|reason| ModelError::Config {
             path: index.clone(),
@@ -142,9 +156,9 @@ pub fn shard_names(index_json: &str) -> Result<Vec<String>, String> {
 /// the file and match its dtype and shape, so a truncated download is caught
 /// here instead of inside MLX.
 pub fn read_header(path: &Path) -> Result<BTreeMap<String, TensorInfo>> {
-    let io = |source| ModelError::Io {
+    let io = |error| ModelError::Io {
         path: path.to_owned(),
-        source,
+        error,
     };
     let file = File::open(path).map_err(io)?;
     let file_len = file.metadata().map_err(io)?.len();

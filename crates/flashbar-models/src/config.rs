@@ -133,9 +133,9 @@ impl TextConfig {
 impl ModelConfig {
     pub fn load(dir: &Path) -> Result<Self> {
         let path = dir.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
+        let text = std::fs::read_to_string(&path).map_err(|error| ModelError::Io {
             path: path.clone(),
-            source,
+            error,
         })?;
         Self::parse(&text).map_err(|reason| match reason {
             ParseError::ModelType(t) => ModelError::UnknownModelType(t),

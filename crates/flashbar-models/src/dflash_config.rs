@@ -97,9 +97,9 @@ struct RawRope {
 impl DrafterConfig {
     pub fn load(dir: &Path) -> Result<Self> {
         let path = dir.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
+        let text = std::fs::read_to_string(&path).map_err(|error| ModelError::Io {
             path: path.clone(),
-            source,
+            error,
         })?;
         Self::parse(&text).map_err(|reason| ModelError::Config { path, reason })
     }

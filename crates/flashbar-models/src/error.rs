@@ -4,10 +4,13 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    #[error("cannot read {path}: {source}")]
+    /// Not `#[source]`: the message already ends with the OS error, and a
+    /// printer that walks the source chain (anyhow's `{:#}`) would say it
+    /// twice.
+    #[error("cannot read {path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path}: invalid config: {reason}")]
     Config { path: PathBuf, reason: String },

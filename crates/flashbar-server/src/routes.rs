@@ -132,6 +132,7 @@ async fn health(State(state): State<Arc<AppState>>) -> Json<Value> {
         "model": state.names.id,
         "busy": state.worker.busy(),
         "queued": state.worker.queued(),
+        "queued_peak": state.worker.queued_peak(),
         "queue_capacity": state.worker.capacity(),
         "memory": memory::stats(),
     }))

@@ -78,7 +78,11 @@ struct Job {
 #[derive(Default)]
 struct State {
     busy: AtomicBool,
+    /// Jobs submitted and not yet taken by the engine thread; never above
+    /// the capacity (a slot is reserved before the job is sent).
     queued: AtomicUsize,
+    /// The most `queued` has been since the worker started.
+    queued_peak: AtomicUsize,
 }
 
 /// Handle to the worker thread; cheap to share (`Arc`). Dropping the last
@@ -178,8 +182,23 @@ impl Worker {
             return Err(ApiError::internal("the engine has stopped"));
         };
         let (events, receiver) = unbounded_channel();
-        // Counted before it can be taken, so the count never goes below 0.
-        self.state.queued.fetch_add(1, Ordering::SeqCst);
+        // A slot is reserved before the job is sent, and refused when none
+        // is left, so `queued` (what /health reports) never exceeds the
+        // capacity, even for a moment; the channel never holds more jobs
+        // than `queued` counts (the engine thread takes a job, then
+        // uncounts it), so the send below cannot find it full.
+        let bound = self.capacity.max(1);
+        let reserved =
+            self.state
+                .queued
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| {
+                    (queued < bound).then_some(queued + 1)
+                });
+        let queued = match reserved {
+            Ok(before) => before + 1,
+            Err(_) => return Err(ApiError::queue_full(self.capacity)),
+        };
+        self.state.queued_peak.fetch_max(queued, Ordering::SeqCst);
         match jobs.try_send(Job {
             request,
             cancel,
@@ -205,6 +224,11 @@ impl Worker {
     /// Requests waiting for the engine.
     pub fn queued(&self) -> usize {
         self.state.queued.load(Ordering::SeqCst)
+    }
+
+    /// The most requests that have waited at once since the worker started.
+    pub fn queued_peak(&self) -> usize {
+        self.state.queued_peak.load(Ordering::SeqCst)
     }
 
     pub fn capacity(&self) -> usize {
@@ -435,6 +459,33 @@ pub(crate) mod tests {
             *seen.lock().unwrap(),
             ["token 0 false", "text w0 ", "token 1 true", "text w1 "]
         );
+    }
+
+    #[test]
+    fn the_queue_never_counts_past_its_capacity_under_concurrent_submits() {
+        let worker = std::sync::Arc::new(echo_worker(4, 20));
+        let cancel = CancelToken::default();
+        // Runs for far longer than the submits below take, on any machine.
+        let _running = worker.submit(request(1_000_000), cancel.clone()).unwrap();
+        while worker.queued() > 0 {
+            std::thread::yield_now();
+        }
+        let threads: Vec<_> = (0..32)
+            .map(|_| {
+                let worker = worker.clone();
+                std::thread::spawn(move || {
+                    let outcome = worker.submit(request(1), CancelToken::default());
+                    assert!(worker.queued() <= 4);
+                    outcome.map_err(|e| e.status.as_u16())
+                })
+            })
+            .collect();
+        let outcomes: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let accepted = outcomes.iter().filter(|o| o.is_ok()).count();
+        let refused = outcomes.iter().filter(|o| matches!(o, Err(429))).count();
+        assert_eq!((accepted, refused), (4, 28));
+        assert_eq!(worker.queued_peak(), 4);
+        cancel.cancel();
     }
 
     #[test]

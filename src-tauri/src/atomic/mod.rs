@@ -4,6 +4,10 @@
 //! folder, is fsynced, then renamed over the old file (and the folder
 //! fsynced, so the rename itself survives a power cut). A reader sees the
 //! old text or the new one, never a mix; at worst the last change is lost.
+//! A full disk fails the write before the rename, so the old file stays
+//! whole; the temp file is removed (it would hold the space the user must
+//! free) and the error says how much room the save needs
+//! (docs/reliability.md, "Disk full").
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -28,12 +32,37 @@ pub fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     // One fixed temp name per file: a killed write leaves at most one
     // behind, which the next write truncates.
     let temp = dir.join(format!(".{name}.tmp"));
-    let mut file = File::create(&temp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    drop(file);
+    let written = write_temp(&temp, bytes);
+    if let Err(error) = written {
+        let _ = fs::remove_file(&temp);
+        return Err(explain(error, dir, bytes.len()));
+    }
     fs::rename(&temp, path)?;
     File::open(dir)?.sync_all()
+}
+
+fn write_temp(temp: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut file = File::create(temp)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// A full disk said in words, with the room the save needs; other errors
+/// as they are.
+fn explain(error: std::io::Error, dir: &Path, needed: usize) -> std::io::Error {
+    use std::io::ErrorKind::{QuotaExceeded, StorageFull};
+    if !matches!(error.kind(), StorageFull | QuotaExceeded) {
+        return error;
+    }
+    let free = flashbar_hub::disk::free_bytes(dir)
+        .map_or_else(|_| "an unknown number of".to_owned(), |f| f.to_string());
+    std::io::Error::new(
+        error.kind(),
+        format!(
+            "the disk is full: saving needs {needed} bytes and {free} are free; \
+             the previous version is kept"
+        ),
+    )
 }
 
 /// Moves an unreadable state file out of the way as `<name>.bad-<unix
@@ -64,5 +93,7 @@ pub fn app_data_file(app: &AppHandle, name: &str) -> Result<PathBuf, String> {
     Ok(dir.join(name))
 }
 
+#[cfg(test)]
+mod disk_full_tests;
 #[cfg(test)]
 pub mod kill_test;

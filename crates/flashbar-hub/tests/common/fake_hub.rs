@@ -6,7 +6,8 @@
 //! for unknown repos, revisions and files, and an optional redirect of LFS
 //! files to another origin (as the hub sends them to its CDN). Faults are
 //! switched on per test: ignore Range, cut the connection mid-file, corrupt
-//! bytes, slow bodies.
+//! bytes, slow bodies, and a script of one [`Fault`] per body GET (drops,
+//! stalls, error statuses, a wrong Content-Length, a pause the test lifts).
 
 // Each test binary uses a different part of it.
 #![allow(dead_code)]
@@ -64,6 +65,53 @@ pub struct Faults {
     pub redirect_lfs: bool,
     /// Answer this many body GETs with 503 Service Unavailable.
     pub unavailable_left: usize,
+    /// One fault per body GET, in order, once the counters above are spent;
+    /// an empty script sends bodies whole.
+    pub script: std::collections::VecDeque<Fault>,
+}
+
+/// What one body GET does wrong (docs/reliability.md, "A flaky hub").
+#[derive(Clone, Debug)]
+pub enum Fault {
+    /// Nothing: the body whole.
+    None,
+    /// Drop the connection after this many bytes of this answer's body
+    /// (counted from the Range start, as are the offsets below).
+    Cut(u64),
+    /// Answer with this status and an empty body.
+    Status(u16),
+    /// Send this many bytes, then nothing, without ever ending the body.
+    Stall(u64),
+    /// Declare a Content-Length this many bytes off what is sent (hyper
+    /// then cuts a longer body at the declared length, or drops the
+    /// connection where a shorter one ends).
+    Length(i64),
+    /// Send this many bytes, tell the test, and go on when it says so.
+    Gate(u64, Gate),
+}
+
+/// A pause inside a body: the server sends `()` on `reached`, then waits
+/// until the test calls [`Gate::release`].
+#[derive(Clone, Debug)]
+pub struct Gate {
+    reached: std::sync::mpsc::Sender<()>,
+    release: Arc<tokio::sync::Semaphore>,
+}
+
+impl Gate {
+    /// The gate, and the receiver that hears when a body reached it.
+    pub fn new() -> (Gate, std::sync::mpsc::Receiver<()>) {
+        let (reached, heard) = std::sync::mpsc::channel();
+        let gate = Gate {
+            reached,
+            release: Arc::new(tokio::sync::Semaphore::new(0)),
+        };
+        (gate, heard)
+    }
+
+    pub fn release(&self) {
+        self.release.add_permits(1);
+    }
 }
 
 /// What the server saw.
@@ -319,11 +367,31 @@ fn body_response(
             }
         }
     }
+    let mut scripted = Fault::None;
+    if is_get && cut.is_none() {
+        if let Some(fault) = faults.script.pop_front() {
+            scripted = fault;
+        }
+    }
     let delay = faults.chunk_delay;
     drop(faults);
+    if let Fault::Status(code) = scripted {
+        let code = StatusCode::from_u16(code).unwrap();
+        record(shared, method, path, headers, code);
+        return code.into_response();
+    }
     record(shared, method, path, headers, status);
-    let body_len = body.len();
-    let stream = async_stream(body, cut, delay);
+    let mut declared = body.len() as i64;
+    let mut pause = None;
+    match scripted {
+        Fault::Cut(after) => cut = Some(after as usize),
+        Fault::Length(off) => declared += off,
+        Fault::Stall(after) => pause = Some((after as usize, None)),
+        Fault::Gate(after, gate) => pause = Some((after as usize, Some(gate))),
+        Fault::None | Fault::Status(_) => {}
+    }
+    let body_len = declared.max(0) as usize;
+    let stream = async_stream(body, cut, delay, pause);
     let mut response = Response::new(if is_get {
         Body::from_stream(stream)
     } else {
@@ -343,41 +411,63 @@ fn body_response(
     response
 }
 
-/// The body in 16 KiB chunks; an error after `cut` bytes drops the connection.
+/// The body in 16 KiB chunks; an error after `cut` bytes drops the
+/// connection; after `pause.0` bytes the stream waits for the gate, or
+/// forever when there is none (a stall).
 fn async_stream(
     body: Vec<u8>,
     cut: Option<usize>,
     delay: Option<Duration>,
+    pause: Option<(usize, Option<Gate>)>,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    struct Sending {
+        body: Bytes,
+        sent: usize,
+        limit: usize,
+        cut_happens: bool,
+        pause: Option<(usize, Option<Gate>)>,
+    }
     let limit = cut.unwrap_or(body.len()).min(body.len());
-    let chunks: Vec<Bytes> = body[..limit]
-        .chunks(16 * 1024)
-        .map(Bytes::copy_from_slice)
-        .collect();
-    let cut_happens = cut.is_some_and(|c| c < body.len());
-    futures_util::stream::unfold(
-        (chunks.into_iter(), cut_happens),
-        move |(mut chunks, cut_happens)| async move {
-            match chunks.next() {
-                Some(chunk) => {
-                    if let Some(delay) = delay {
-                        tokio::time::sleep(delay).await;
-                    }
-                    Some((Ok(chunk), (chunks, cut_happens)))
+    let state = Sending {
+        cut_happens: cut.is_some_and(|c| c < body.len()),
+        body: Bytes::from(body),
+        sent: 0,
+        limit,
+        pause: pause.map(|(after, gate)| (after.min(limit), gate)),
+    };
+    futures_util::stream::unfold(state, move |mut s| async move {
+        if s.pause.as_ref().is_some_and(|(at, _)| *at == s.sent) {
+            match s.pause.take().and_then(|(_, gate)| gate) {
+                Some(gate) => {
+                    let _ = gate.reached.send(());
+                    gate.release.acquire().await.unwrap().forget();
                 }
-                None if cut_happens => {
-                    // Let the bytes so far reach the client before the drop,
-                    // as on a real network.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    Some((
-                        Err(std::io::Error::other("connection cut by the test")),
-                        (chunks, false),
-                    ))
-                }
-                None => None,
+                None => std::future::pending::<()>().await,
             }
-        },
-    )
+        }
+        if s.sent < s.limit {
+            let mut end = (s.sent + 16 * 1024).min(s.limit);
+            if let Some((at, _)) = &s.pause {
+                if *at > s.sent {
+                    end = end.min(*at);
+                }
+            }
+            if let Some(delay) = delay {
+                tokio::time::sleep(delay).await;
+            }
+            let chunk = s.body.slice(s.sent..end);
+            s.sent = end;
+            return Some((Ok(chunk), s));
+        }
+        if s.cut_happens {
+            // Let the bytes so far reach the client before the drop, as on
+            // a real network.
+            s.cut_happens = false;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            return Some((Err(std::io::Error::other("connection cut by the test")), s));
+        }
+        None
+    })
 }
 
 /// A fake repo made of a folder's files; `*.safetensors` and tokenizer.json
