@@ -216,14 +216,15 @@ def test_disconnect_cancels(client, server):
         next(chunks)
     assert http(server.url + "/health")[1]["busy"]
     stream.close()
-    deadline = time.monotonic() + 1.0
+    # 5 s: far less than the 3,000 tokens would take, with room for a loaded machine.
+    deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
         health = http(server.url + "/health")[1]
         if not health["busy"] and health["queued"] == 0:
             break
         time.sleep(0.02)
     else:
-        pytest.fail(f"still generating 1 s after the client left: {health}")
+        pytest.fail(f"still generating 5 s after the client left: {health}")
 
 
 def test_disconnect_cancels_a_whole_answer(server):
@@ -232,9 +233,9 @@ def test_disconnect_cancels_a_whole_answer(server):
     )
     with pytest.raises(OSError):  # the client gives up (timeout) and leaves
         http(server.url + "/v1/chat/completions", body, timeout=0.5)
-    deadline = time.monotonic() + 1.0
+    deadline = time.monotonic() + 5.0
     while http(server.url + "/health")[1]["busy"]:
-        assert time.monotonic() < deadline, "still generating 1 s after the client left"
+        assert time.monotonic() < deadline, "still generating 5 s after the client left"
         time.sleep(0.02)
 
 
