@@ -7,14 +7,13 @@
 mod fake_hub;
 mod serve_common;
 
-use fake_hub::{FakeFile, FakeHub, FakeRepo, Faults};
+use fake_hub::{FakeHub, FakeRepo, Faults};
 use serve_common::{chat, free_port, request, send, serve};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -41,34 +40,9 @@ fn partial_download(store: &Path, at_least: u64, wait: Duration) -> Option<(Path
     None
 }
 
-/// A repo of a small config and 4 MiB of (seeded pseudo-random) weights,
-/// so three pulls stay quick in a debug build.
+/// 4 MiB of weights, so three pulls stay quick in a debug build.
 fn small_repo() -> FakeRepo {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let weights: Vec<u8> = (0..4 << 20)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect();
-    let file = |path: &str, bytes: Vec<u8>, lfs| FakeFile {
-        path: path.into(),
-        bytes: Arc::new(bytes),
-        lfs,
-    };
-    FakeRepo {
-        commit: COMMIT.into(),
-        files: vec![
-            file(
-                "config.json",
-                br#"{"model_type": "qwen3_5"}"#.to_vec(),
-                false,
-            ),
-            file("model.safetensors", weights, true),
-        ],
-    }
+    fake_hub::small_repo(COMMIT, 4 << 20)
 }
 
 #[test]

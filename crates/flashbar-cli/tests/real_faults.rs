@@ -8,13 +8,12 @@ mod fake_hub;
 mod serve_common;
 mod tmpfs;
 
-use fake_hub::{FakeFile, FakeHub, FakeRepo, Fault, Faults, Gate};
+use fake_hub::{FakeHub, FakeRepo, Fault, Faults, Gate};
 use serve_common::{chat, free_port, request, serve};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -24,33 +23,8 @@ fn sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// A small config and 4 MiB of seeded pseudo-random weights.
 fn small_repo() -> FakeRepo {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let weights: Vec<u8> = (0..WEIGHTS_SIZE)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect();
-    let file = |path: &str, bytes: Vec<u8>, lfs| FakeFile {
-        path: path.into(),
-        bytes: Arc::new(bytes),
-        lfs,
-    };
-    FakeRepo {
-        commit: COMMIT.into(),
-        files: vec![
-            file(
-                "config.json",
-                br#"{"model_type": "qwen3_5"}"#.to_vec(),
-                false,
-            ),
-            file("model.safetensors", weights, true),
-        ],
-    }
+    fake_hub::small_repo(COMMIT, WEIGHTS_SIZE)
 }
 
 fn pull_command(hub: &FakeHub, store: &Path) -> Command {

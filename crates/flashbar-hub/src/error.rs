@@ -111,7 +111,7 @@ pub(crate) fn is_disk_full(error: &std::io::Error) -> bool {
 }
 
 /// `14.0 MiB`: a size a person reads at a glance.
-pub(crate) fn human_bytes(bytes: u64) -> String {
+pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes as f64;
     let mut unit = 0;

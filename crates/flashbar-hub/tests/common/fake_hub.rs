@@ -492,3 +492,33 @@ pub fn repo_from_dir(dir: &std::path::Path, commit: &str) -> FakeRepo {
         files,
     }
 }
+
+/// A repo at `commit` of a small config and `weights` bytes of seeded
+/// pseudo-random weights (xorshift, the same bytes every run).
+pub fn small_repo(commit: &str, weights: usize) -> FakeRepo {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let weights: Vec<u8> = (0..weights)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    let file = |path: &str, bytes: Vec<u8>, lfs| FakeFile {
+        path: path.into(),
+        bytes: Arc::new(bytes),
+        lfs,
+    };
+    FakeRepo {
+        commit: commit.into(),
+        files: vec![
+            file(
+                "config.json",
+                br#"{"model_type": "qwen3_5"}"#.to_vec(),
+                false,
+            ),
+            file("model.safetensors", weights, true),
+        ],
+    }
+}
