@@ -106,13 +106,10 @@ fn a_pull_killed_mid_file_resumes_with_the_right_sha256() {
         );
     }
     // The last run asked only for the rest of the weights.
-    let ranges: Vec<_> = hub
-        .seen()
-        .into_iter()
-        .filter(|s| s.method == "GET" && s.path.ends_with("model.safetensors"))
-        .map(|s| s.range)
-        .collect();
-    assert_eq!(ranges, [Some(format!("bytes={kept}-"))]);
+    assert_eq!(
+        hub.get_ranges("model.safetensors"),
+        [Some(format!("bytes={kept}-"))]
+    );
 }
 
 #[test]

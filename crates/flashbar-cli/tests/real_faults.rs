@@ -133,13 +133,10 @@ fn a_pull_onto_a_disk_that_fills_up_says_so_once_and_resumes_with_the_right_byte
         let pulled = std::fs::read(snapshot.join(&file.path)).unwrap();
         assert_eq!(sha256(&pulled), file.sha256(), "{}", file.path);
     }
-    let ranges: Vec<_> = hub
-        .seen()
-        .into_iter()
-        .filter(|s| s.method == "GET" && s.path.ends_with("model.safetensors"))
-        .map(|s| s.range)
-        .collect();
-    assert_eq!(ranges, [Some(format!("bytes={kept}-"))]);
+    assert_eq!(
+        hub.get_ranges("model.safetensors"),
+        [Some(format!("bytes={kept}-"))]
+    );
 }
 
 fn embedded_target() -> std::path::PathBuf {

@@ -172,6 +172,15 @@ impl FakeHub {
     pub fn clear_seen(&self) {
         self.shared.seen.lock().unwrap().clear();
     }
+
+    /// The Range header of each GET of a file whose path ends with `file`.
+    pub fn get_ranges(&self, file: &str) -> Vec<Option<String>> {
+        self.seen()
+            .into_iter()
+            .filter(|s| s.method == "GET" && s.path.ends_with(file))
+            .map(|s| s.range)
+            .collect()
+    }
 }
 
 fn record(shared: &Shared, method: &Method, path: String, headers: &HeaderMap, status: StatusCode) {
