@@ -4,6 +4,13 @@
 # Python wheels (mlx, mlx-lm, z-lab's dflash, carried in .whl/):
 #   bash training/h200.sh target             step 1 (corpus, tokenizer, target)
 #   bash training/h200.sh drafter [ARGS]     step 2 (self-distillation, one drafter)
+#   bash training/h200.sh distill SECONDS
+#        step 2's self-distillation alone: times the generation under a few
+#        MLX settings (training/distill_rate.py), then generates with the
+#        fastest until SECONDS from now into $work/sequences.npz; the
+#        batch is kept in $work/distill.env for the trainers' cache check
+#        (DISTILL_SETTINGS="graphs cudnn batch;..." and DISTILL_RATE_ARGS
+#        change what is tried, e.g. for a dry run on the CPU)
 #   bash training/h200.sh drafters SECONDS SHAPE...
 #        step 2 for several drafter shapes at once on one GPU: the target's
 #        continuations are generated once, then one trainer per SHAPE
@@ -27,14 +34,43 @@ case $step in
     python3 training/train_drafter.py "$work" "$@" 2>&1 | tee "$OUT/drafter.log"
     tar -C "$work" -cf - drafter train_drafter.json | split -b 15M - "$OUT/drafter.tar.part-"
     ;;
+  distill)
+    deadline=$(( $(date +%s) + $1 )); shift
+    best_rate=0 best=""
+    # graphs, cuDNN attention, batch (MLX 0.32.2 fails at batch >= 64 with graphs on)
+    IFS=';' read -ra settings <<< "${DISTILL_SETTINGS:-1 1 32;1 0 32;1 0 64;0 0 128;0 0 512;0 1 512;0 0 1024}"
+    for setting in "${settings[@]}"; do
+      read -r graphs cudnn batch <<< "$setting"
+      line=$(cd training && MLX_USE_CUDA_GRAPHS=$graphs MLX_CUDA_USE_CUDNN_SDPA=$cudnn \
+        timeout 90 python3 distill_rate.py --batch "$batch" ${DISTILL_RATE_ARGS:-} 2>&1 | tail -3 | tee -a "$OUT/distill_rate.log" | grep '^RATE' || true)
+      echo "graphs=$graphs cudnn=$cudnn batch=$batch: ${line:-failed}"
+      rate=$(sed -n 's/.*seq_per_s=\([0-9.]*\).*/\1/p' <<< "$line")
+      if [ -n "$rate" ] && python3 -c "import sys; sys.exit(not $rate > $best_rate)"; then
+        best_rate=$rate best="$setting"
+      fi
+    done
+    [ -n "$best" ] || { echo "no setting could distill" >&2; exit 1; }
+    read -r graphs cudnn batch <<< "$best"
+    echo "DISTILL_BATCH=$batch" > "$work/distill.env"
+    echo "distilling with $best ($best_rate sequences/s)"
+    MLX_USE_CUDA_GRAPHS=$graphs MLX_CUDA_USE_CUDNN_SDPA=$cudnn python3 training/train_drafter.py \
+      "$work" --distill-only --distill-batch "$batch" --deadline "$deadline" ${FLASHBAR_TRAIN_ARGS:-} \
+      2>&1 | tee "$work/distill.log" "$OUT/distill.log"
+    ;;
   drafters)
     deadline=$(( $(date +%s) + $1 )); shift
-    python3 training/train_drafter.py "$work" --distill-only ${FLASHBAR_TRAIN_ARGS:-} 2>&1 | tee "$work/distill.log"
+    distill_batch=()
+    if [ -f "$work/distill.env" ]; then
+      # shellcheck disable=SC1091
+      . "$work/distill.env"
+      distill_batch=(--distill-batch "$DISTILL_BATCH")
+    fi
+    python3 training/train_drafter.py "$work" --distill-only "${distill_batch[@]}" ${FLASHBAR_TRAIN_ARGS:-} 2>&1 | tee -a "$work/distill.log"
     pids=() names=()
     for shape in "$@"; do
       layers=${shape%%:*} taps=${shape#*:} tag="l${shape%%:*}-t${taps//,/}"
       python3 training/train_drafter.py "$work" --layers "$layers" --taps "$taps" --tag "$tag" \
-        --deadline "$deadline" ${FLASHBAR_TRAIN_ARGS:-} > "$work/$tag.log" 2>&1 &
+        --deadline "$deadline" "${distill_batch[@]}" ${FLASHBAR_TRAIN_ARGS:-} > "$work/$tag.log" 2>&1 &
       pids+=($!) names+=("$tag")
     done
     status=0

@@ -43,33 +43,47 @@ from dflash import model_mlx as zlab
 SAMPLING_TEMPERATURE = 0.7
 
 
+def is_sampled(index: int, fraction: float) -> bool:
+    """Whether sequence `index` is drawn at SAMPLING_TEMPERATURE: every
+    1/fraction-th row, interleaved, so any prefix of the set (a run cut by
+    its deadline) holds the same share of sampled rows."""
+    return int((index + 1) * fraction) > int(index * fraction)
+
+
 def distill(model, corpus: np.ndarray, count: int, prompt: int, generate: int,
-            batch: int, rng, sampled_from: int) -> np.ndarray:
-    """count sequences: a corpus window of `prompt` tokens + the target's
-    continuation of `generate` tokens, greedy for rows before `sampled_from`
-    and sampled at SAMPLING_TEMPERATURE from there on."""
+            batch: int, rng, fraction: float, deadline: float = 0.0) -> np.ndarray:
+    """Up to count sequences (fewer if `deadline`, a unix time, passes
+    first; one batch at least): a corpus window of `prompt` tokens + the
+    target's continuation of `generate` tokens, greedy, or sampled for the
+    rows `is_sampled` picks. The next step's graph is built while the GPU runs this one
+    (async_eval), as mlx-lm's own generation loop does."""
     out = []
     for first in range(0, count, batch):
+        if first and deadline and time.time() > deadline:
+            break
         n = min(batch, count - first)
         starts = rng.integers(0, corpus.size - prompt, size=n)
         tokens = mx.array(np.stack([corpus[s:s + prompt] for s in starts]))
-        sampled = mx.array(np.arange(first, first + n) >= sampled_from)
+        sampled = mx.array([is_sampled(i, fraction) for i in range(first, first + n)])
 
         def pick(logits):
             greedy = mx.argmax(logits, axis=-1)
             drawn = mx.random.categorical(logits.astype(mx.float32) / SAMPLING_TEMPERATURE)
             return mx.where(sampled, drawn, greedy)
 
+        began = time.time()
         cache = model.make_cache()
-        logits = model(tokens, cache=cache)
-        step = pick(logits[:, -1])
+        step = pick(model(tokens, cache=cache)[:, -1])
+        mx.async_eval(step)
         generated = [step]
         for _ in range(generate - 1):
-            logits = model(step[:, None], cache=cache)
-            step = pick(logits[:, -1])
+            step = pick(model(step[:, None], cache=cache)[:, -1])
+            mx.async_eval(step)
             generated.append(step)
-            mx.eval(step)
         out.append(np.concatenate([np.array(tokens), np.array(mx.stack(generated, axis=1))], axis=1))
+        if first == 0 or (first // batch) % 16 == 0:
+            print(f"distill: batch of {n} in {time.time() - began:.2f} s "
+                  f"({n / (time.time() - began):.1f} sequences/s)", flush=True)
     return np.concatenate(out).astype(np.int32)
 
 
@@ -177,24 +191,31 @@ def accept_lengths(logits: mx.array, labels: mx.array) -> mx.array:
     return mx.sum(mx.cumprod(hits, axis=-1), axis=-1) + 1
 
 
-def load_sequences(args, target, stream, rng, target_dir: Path) -> np.ndarray:
+def load_sequences(args, target, stream, rng, target_dir: Path, deadline: float) -> np.ndarray:
     """The distilled sequences: read from OUT/sequences.npz when it was made
-    with the same settings, else generated (and saved there)."""
-    sampled_from = args.sequences - int(round(args.sequences * args.sampled_fraction))
-    meta = {"seed": args.seed, "sequences": args.sequences, "prompt": args.prompt,
-            "generate": args.generate, "sampled_from": sampled_from,
+    with the same settings (its first --sequences rows, or all it holds if a
+    deadline cut it short), else generated until --sequences or the deadline
+    (and saved there)."""
+    meta = {"seed": args.seed, "prompt": args.prompt, "generate": args.generate,
+            "sampled_fraction": args.sampled_fraction, "distill_batch": args.distill_batch,
             "temperature": SAMPLING_TEMPERATURE, "smoke": args.smoke,
             "target": common.sha256(next(iter(sorted(target_dir.glob("model*.safetensors")))))}
     cache = args.out / "sequences.npz"
     if cache.exists():
         saved = np.load(cache, allow_pickle=False)
-        if json.loads(str(saved["meta"])) == meta:
-            return saved["sequences"]
+        made = json.loads(str(saved["meta"]))
+        cut = made.pop("cut_by_deadline", False)
+        if made == meta and (cut or len(saved["sequences"]) >= args.sequences):
+            if len(saved["sequences"]) < args.sequences:
+                print(f"using the {len(saved['sequences'])} cached sequences "
+                      f"(the distillation stopped at its deadline)", flush=True)
+            return saved["sequences"][:args.sequences]
     began = time.time()
     sequences = distill(target, stream, args.sequences, args.prompt, args.generate,
-                        args.distill_batch, rng, sampled_from)
+                        args.distill_batch, rng, args.sampled_fraction, deadline)
     print(f"distilled {len(sequences)} sequences at batch {args.distill_batch} in "
           f"{time.time() - began:.1f} s", flush=True)
+    meta["cut_by_deadline"] = len(sequences) < args.sequences
     np.savez(cache, sequences=sequences, meta=json.dumps(meta))
     return sequences
 
@@ -266,7 +287,8 @@ def main():
         sequences = np.stack([stream[s:s + length] for s in starts]).astype(np.int32)
         args.prompt = 16  # anchors from here on, so every block has context
     else:
-        sequences = load_sequences(args, target, stream, rng, target_dir)
+        sequences = load_sequences(args, target, stream, rng, target_dir,
+                                   args.deadline - 5 if args.deadline and args.distill_only else 0.0)
     print(f"sequences {sequences.shape} in {time.time() - started:.0f} s", flush=True)
     if args.distill_only:
         return

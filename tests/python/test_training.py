@@ -58,3 +58,46 @@ def test_block_training_forward_equals_zlab_inference():
         block = mx.array([[tokens[0, a].item()] + [3] * 15])
         expected = reference(block, taps[:, :a], reference.make_cache(), logits_start=1)
         assert mx.abs(ours[0, i, 1:] - expected[0]).max().item() < 1e-4
+
+
+def test_sampled_rows_are_interleaved_so_any_prefix_keeps_the_share():
+    from train_drafter import is_sampled
+
+    rows = [is_sampled(i, 0.125) for i in range(64)]
+    assert sum(rows) == 8
+    assert [i for i, s in enumerate(rows) if s] == list(range(7, 64, 8))
+    assert not any(is_sampled(i, 0.0) for i in range(64))
+
+
+def test_distillation_is_greedy_and_a_deadline_cut_is_a_prefix():
+    """The pipelined generation (async_eval) writes the target's greedy path,
+    the same as evaluating each step before the next, and a shorter run (a
+    deadline) gives the first rows of the longer one."""
+    import numpy as np
+    from train_drafter import distill
+
+    config = common.hf_config()
+    config["text_config"] = dict(config["text_config"], hidden_size=64, intermediate_size=96,
+                                 num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                                 linear_num_value_heads=2, linear_num_key_heads=1,
+                                 linear_key_head_dim=32, linear_value_head_dim=32, vocab_size=300)
+    mx.random.seed(3)
+    model = common.build_target(config)
+    mx.eval(model.parameters())
+    corpus = np.random.default_rng(0).integers(4, 300, 5000).astype(np.int32)
+
+    def run(count):
+        mx.random.seed(9)
+        return distill(model, corpus, count, 8, 6, 2, np.random.default_rng(1), 0.0)
+
+    four, two = run(4), run(2)
+    assert four.shape == (4, 14)
+    assert (four[:2] == two).all()
+    for row in four:
+        tokens = [int(t) for t in row[:8]]
+        cache = model.make_cache()
+        logits = model(mx.array([tokens]), cache=cache)
+        for _ in range(6):
+            tokens.append(mx.argmax(logits[0, -1]).item())
+            logits = model(mx.array([[tokens[-1]]]), cache=cache)
+        assert tokens == list(row)
