@@ -37,24 +37,31 @@ case $step in
   distill)
     deadline=$(( $(date +%s) + $1 )); shift
     best_rate=0 best=""
-    # graphs, cuDNN attention, batch (MLX 0.32.2 fails at batch >= 64 with graphs on)
-    IFS=';' read -ra settings <<< "${DISTILL_SETTINGS:-1 1 32;1 0 32;1 0 64;0 0 128;0 0 512;0 1 512;0 0 1024}"
+    # CUDA graphs, cuDNN attention, batch, sync (each step evaluated before the
+    # next); the first setting also bisects one decode step (distill_rate.py)
+    IFS=';' read -ra settings <<< "${DISTILL_SETTINGS:-1 1 32 1;0 0 256 1;1 1 32 0}"
+    bisect=--bisect
     for setting in "${settings[@]}"; do
-      read -r graphs cudnn batch <<< "$setting"
+      read -r graphs cudnn batch sync <<< "$setting"
+      flags=($bisect) bisect=""
+      [ "$sync" = 1 ] && flags+=(--sync)
       line=$(cd training && MLX_USE_CUDA_GRAPHS=$graphs MLX_CUDA_USE_CUDNN_SDPA=$cudnn \
-        timeout 90 python3 distill_rate.py --batch "$batch" ${DISTILL_RATE_ARGS:-} 2>&1 | tail -3 | tee -a "$OUT/distill_rate.log" | grep '^RATE' || true)
-      echo "graphs=$graphs cudnn=$cudnn batch=$batch: ${line:-failed}"
-      rate=$(sed -n 's/.*seq_per_s=\([0-9.]*\).*/\1/p' <<< "$line")
+        timeout 75 python3 distill_rate.py --batch "$batch" "${flags[@]}" ${DISTILL_RATE_ARGS:-} 2>&1 \
+        | tee -a "$OUT/distill_rate.log" | grep -E '^(RATE|BISECT)' || true)
+      echo "graphs=$graphs cudnn=$cudnn batch=$batch sync=$sync: ${line:-failed}"
+      rate=$(sed -n 's/^RATE.*seq_per_s=\([0-9.]*\).*/\1/p' <<< "$line")
       if [ -n "$rate" ] && python3 -c "import sys; sys.exit(not $rate > $best_rate)"; then
         best_rate=$rate best="$setting"
       fi
     done
     [ -n "$best" ] || { echo "no setting could distill" >&2; exit 1; }
-    read -r graphs cudnn batch <<< "$best"
+    read -r graphs cudnn batch sync <<< "$best"
     echo "DISTILL_BATCH=$batch" > "$work/distill.env"
     echo "distilling with $best ($best_rate sequences/s)"
+    sync_flag=()
+    [ "$sync" = 1 ] && sync_flag=(--distill-sync)
     MLX_USE_CUDA_GRAPHS=$graphs MLX_CUDA_USE_CUDNN_SDPA=$cudnn python3 training/train_drafter.py \
-      "$work" --distill-only --distill-batch "$batch" --deadline "$deadline" ${FLASHBAR_TRAIN_ARGS:-} \
+      "$work" --distill-only --distill-batch "$batch" "${sync_flag[@]}" --deadline "$deadline" ${FLASHBAR_TRAIN_ARGS:-} \
       2>&1 | tee "$work/distill.log" "$OUT/distill.log"
     ;;
   drafters)

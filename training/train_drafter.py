@@ -51,12 +51,13 @@ def is_sampled(index: int, fraction: float) -> bool:
 
 
 def distill(model, corpus: np.ndarray, count: int, prompt: int, generate: int,
-            batch: int, rng, fraction: float, deadline: float = 0.0) -> np.ndarray:
+            batch: int, rng, fraction: float, deadline: float = 0.0, sync: bool = False) -> np.ndarray:
     """Up to count sequences (fewer if `deadline`, a unix time, passes
     first; one batch at least): a corpus window of `prompt` tokens + the
     target's continuation of `generate` tokens, greedy, or sampled for the
     rows `is_sampled` picks. The next step's graph is built while the GPU runs this one
-    (async_eval), as mlx-lm's own generation loop does."""
+    (async_eval), as mlx-lm's own generation loop does, unless `sync`."""
+    schedule = mx.eval if sync else mx.async_eval
     out = []
     for first in range(0, count, batch):
         if first and deadline and time.time() > deadline:
@@ -74,11 +75,11 @@ def distill(model, corpus: np.ndarray, count: int, prompt: int, generate: int,
         began = time.time()
         cache = model.make_cache()
         step = pick(model(tokens, cache=cache)[:, -1])
-        mx.async_eval(step)
+        schedule(step)
         generated = [step]
         for _ in range(generate - 1):
             step = pick(model(step[:, None], cache=cache)[:, -1])
-            mx.async_eval(step)
+            schedule(step)
             generated.append(step)
         out.append(np.concatenate([np.array(tokens), np.array(mx.stack(generated, axis=1))], axis=1))
         if first == 0 or (first // batch) % 16 == 0:
@@ -212,7 +213,7 @@ def load_sequences(args, target, stream, rng, target_dir: Path, deadline: float)
             return saved["sequences"][:args.sequences]
     began = time.time()
     sequences = distill(target, stream, args.sequences, args.prompt, args.generate,
-                        args.distill_batch, rng, args.sampled_fraction, deadline)
+                        args.distill_batch, rng, args.sampled_fraction, deadline, args.distill_sync)
     print(f"distilled {len(sequences)} sequences at batch {args.distill_batch} in "
           f"{time.time() - began:.1f} s", flush=True)
     meta["cut_by_deadline"] = len(sequences) < args.sequences
@@ -236,6 +237,8 @@ def main():
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--generate", type=int, default=192)
     parser.add_argument("--distill-batch", type=int, default=512)
+    parser.add_argument("--distill-sync", action="store_true",
+                        help="evaluate each generation step before the next (no async_eval)")
     parser.add_argument("--distill-only", action="store_true",
                         help="write OUT/sequences.npz and stop")
     parser.add_argument("--steps", type=int, default=0, help="0: as many as fit --max-minutes")
