@@ -9,7 +9,7 @@
 #        MLX settings (training/distill_rate.py), then generates with the
 #        fastest until SECONDS from now into $work/sequences.npz; the
 #        batch is kept in $work/distill.env for the trainers' cache check
-#        (DISTILL_SETTINGS="graphs cudnn batch;..." and DISTILL_RATE_ARGS
+#        (DISTILL_SETTINGS="graphs cudnn batch sync;...", DISTILL_PROBE_SECONDS and DISTILL_RATE_ARGS
 #        change what is tried, e.g. for a dry run on the CPU)
 #   bash training/h200.sh drafters SECONDS SHAPE...
 #        step 2 for several drafter shapes at once on one GPU: the target's
@@ -39,14 +39,15 @@ case $step in
     best_rate=0 best=""
     # CUDA graphs, cuDNN attention, batch, sync (each step evaluated before the
     # next); the first setting also bisects one decode step (distill_rate.py)
-    IFS=';' read -ra settings <<< "${DISTILL_SETTINGS:-1 1 32 1;0 0 256 1;1 1 32 0}"
+    # (a process's first batch costs ~80 s of kernel builds: docs/acceptance.md)
+    IFS=';' read -ra settings <<< "${DISTILL_SETTINGS:-1 1 32 1;0 0 256 1}"
     bisect=--bisect
     for setting in "${settings[@]}"; do
       read -r graphs cudnn batch sync <<< "$setting"
       flags=($bisect) bisect=""
       [ "$sync" = 1 ] && flags+=(--sync)
       line=$(cd training && MLX_USE_CUDA_GRAPHS=$graphs MLX_CUDA_USE_CUDNN_SDPA=$cudnn \
-        timeout 75 python3 distill_rate.py --batch "$batch" "${flags[@]}" ${DISTILL_RATE_ARGS:-} 2>&1 \
+        timeout "${DISTILL_PROBE_SECONDS:-150}" python3 distill_rate.py --batch "$batch" "${flags[@]}" ${DISTILL_RATE_ARGS:-} 2>&1 \
         | tee -a "$OUT/distill_rate.log" | grep -E '^(RATE|BISECT)' || true)
       echo "graphs=$graphs cudnn=$cudnn batch=$batch sync=$sync: ${line:-failed}"
       rate=$(sed -n 's/^RATE.*seq_per_s=\([0-9.]*\).*/\1/p' <<< "$line")

@@ -242,6 +242,8 @@ def main():
     parser.add_argument("--distill-only", action="store_true",
                         help="write OUT/sequences.npz and stop")
     parser.add_argument("--steps", type=int, default=0, help="0: as many as fit --max-minutes")
+    parser.add_argument("--stop-at-step", type=int, default=0,
+                        help="stop after this step of a --steps schedule (repeats a run a deadline cut)")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--anchors", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-3)
@@ -381,6 +383,9 @@ def main():
                 entry["accept_len"] = evaluate()["accept_len"]
             log.append(entry)
             print(json.dumps(entry), flush=True)
+        if done == args.stop_at_step:
+            print(f"stopping at step {done}: --stop-at-step", flush=True)
+            break
         if time.time() > stop_at:
             print(f"stopping at step {done}: time limit", flush=True)
             break
