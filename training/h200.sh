@@ -11,6 +11,11 @@
 #        batch is kept in $work/distill.env for the trainers' cache check
 #        (DISTILL_SETTINGS="graphs cudnn batch sync;...", DISTILL_PROBE_SECONDS and DISTILL_RATE_ARGS
 #        change what is tried, e.g. for a dry run on the CPU)
+#   bash training/h200.sh distill-shards SECONDS N [BATCH]
+#        the same in N processes side by side on the one GPU (each a shard
+#        with its own random streams, batch BATCH, default 32, each step
+#        evaluated before the next): the decode steps of this small target
+#        are bound by launches and host work, so processes overlap
 #   bash training/h200.sh drafters SECONDS SHAPE...
 #        step 2 for several drafter shapes at once on one GPU: the target's
 #        continuations are generated once, then one trainer per SHAPE
@@ -65,13 +70,29 @@ case $step in
       "$work" --distill-only --distill-batch "$batch" "${sync_flag[@]}" --deadline "$deadline" ${FLASHBAR_TRAIN_ARGS:-} \
       2>&1 | tee "$work/distill.log" "$OUT/distill.log"
     ;;
+  distill-shards)
+    deadline=$(( $(date +%s) + $1 )) shards=$2 batch=${3:-32}
+    pids=()
+    for ((k = 0; k < shards; k++)); do
+      python3 training/train_drafter.py "$work" --distill-only --distill-sync --distill-batch "$batch" \
+        --shards "$shards" --shard "$k" --deadline "$deadline" ${FLASHBAR_TRAIN_ARGS:-} \
+        > "$work/distill-$k.log" 2>&1 &
+      pids+=($!)
+    done
+    status=0
+    for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+    for ((k = 0; k < shards; k++)); do echo "== shard $k"; grep -v '^distill: batch' "$work/distill-$k.log" | tail -3; done
+    cat "$work"/distill-*.log > "$OUT/distill.log"
+    printf 'DISTILL_BATCH=%s\nSHARDS=%s\n' "$batch" "$shards" > "$work/distill.env"
+    exit $status
+    ;;
   drafters)
     deadline=$(( $(date +%s) + $1 )); shift
     distill_batch=()
     if [ -f "$work/distill.env" ]; then
       # shellcheck disable=SC1091
       . "$work/distill.env"
-      distill_batch=(--distill-batch "$DISTILL_BATCH")
+      distill_batch=(--distill-batch "$DISTILL_BATCH" --shards "${SHARDS:-1}")
     fi
     python3 training/train_drafter.py "$work" --distill-only "${distill_batch[@]}" ${FLASHBAR_TRAIN_ARGS:-} 2>&1 | tee -a "$work/distill.log"
     pids=() names=()

@@ -26,6 +26,7 @@ of one inference forward on this machine. Deterministic in --seed and
 import argparse
 import copy
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -193,24 +194,34 @@ def accept_lengths(logits: mx.array, labels: mx.array) -> mx.array:
 
 
 def load_sequences(args, target, stream, rng, target_dir: Path, deadline: float) -> np.ndarray:
-    """The distilled sequences: read from OUT/sequences.npz when it was made
-    with the same settings (its first --sequences rows, or all it holds if a
+    """The distilled sequences: read from the cache when it was made with
+    the same settings (its first --sequences rows, or all it holds if a
     deadline cut it short), else generated until --sequences or the deadline
-    (and saved there)."""
+    (and saved there). With --shards N, --distill-only --shard K writes
+    shard K (its own random streams, so N processes can share one GPU) and
+    a run without --shard reads all N shards, in order."""
     meta = {"seed": args.seed, "prompt": args.prompt, "generate": args.generate,
             "sampled_fraction": args.sampled_fraction, "distill_batch": args.distill_batch,
             "temperature": SAMPLING_TEMPERATURE, "smoke": args.smoke,
             "target": common.sha256(next(iter(sorted(target_dir.glob("model*.safetensors")))))}
+    if args.shards > 1 and args.shard is None:
+        parts = [read_cache(args.out / f"sequences-{k}-of-{args.shards}.npz",
+                            dict(meta, shard=k, shards=args.shards), args.sequences)
+                 for k in range(args.shards)]
+        missing = [k for k, part in enumerate(parts) if part is None]
+        if missing:
+            sys.exit(f"no distilled shard {missing} of {args.shards} with these settings in {args.out}: "
+                     f"run --distill-only --shard K for each")
+        return np.concatenate(parts)[:args.sequences]
     cache = args.out / "sequences.npz"
-    if cache.exists():
-        saved = np.load(cache, allow_pickle=False)
-        made = json.loads(str(saved["meta"]))
-        cut = made.pop("cut_by_deadline", False)
-        if made == meta and (cut or len(saved["sequences"]) >= args.sequences):
-            if len(saved["sequences"]) < args.sequences:
-                print(f"using the {len(saved['sequences'])} cached sequences "
-                      f"(the distillation stopped at its deadline)", flush=True)
-            return saved["sequences"][:args.sequences]
+    if args.shard is not None:
+        meta.update(shard=args.shard, shards=args.shards)
+        cache = args.out / f"sequences-{args.shard}-of-{args.shards}.npz"
+        rng = np.random.default_rng([args.seed, args.shard])
+        mx.random.seed(args.seed * 1000 + args.shard)
+    cached = read_cache(cache, meta, args.sequences)
+    if cached is not None:
+        return cached
     began = time.time()
     sequences = distill(target, stream, args.sequences, args.prompt, args.generate,
                         args.distill_batch, rng, args.sampled_fraction, deadline, args.distill_sync)
@@ -219,6 +230,22 @@ def load_sequences(args, target, stream, rng, target_dir: Path, deadline: float)
     meta["cut_by_deadline"] = len(sequences) < args.sequences
     np.savez(cache, sequences=sequences, meta=json.dumps(meta))
     return sequences
+
+
+def read_cache(path: Path, meta: dict, count: int) -> np.ndarray | None:
+    """The first `count` sequences of a distillation cache made with `meta`
+    (all of them if its deadline cut it short), or None."""
+    if not path.exists():
+        return None
+    saved = np.load(path, allow_pickle=False)
+    made = json.loads(str(saved["meta"]))
+    cut = made.pop("cut_by_deadline", False)
+    if made != meta or not (cut or len(saved["sequences"]) >= count):
+        return None
+    if len(saved["sequences"]) < count:
+        print(f"using the {len(saved['sequences'])} sequences of {path.name} "
+              f"(the distillation stopped at its deadline)", flush=True)
+    return saved["sequences"][:count]
 
 
 def main():
@@ -239,6 +266,9 @@ def main():
     parser.add_argument("--distill-batch", type=int, default=512)
     parser.add_argument("--distill-sync", action="store_true",
                         help="evaluate each generation step before the next (no async_eval)")
+    parser.add_argument("--shards", type=int, default=1,
+                        help="the distillation is split in this many shards (one process each)")
+    parser.add_argument("--shard", type=int, help="with --distill-only: the shard this process writes")
     parser.add_argument("--distill-only", action="store_true",
                         help="write OUT/sequences.npz and stop")
     parser.add_argument("--steps", type=int, default=0, help="0: as many as fit --max-minutes")
