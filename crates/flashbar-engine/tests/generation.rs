@@ -219,6 +219,38 @@ fn streaming_decode_of_arbitrary_tokens_is_utf8_and_complete() {
     }
 }
 
+/// 10,000 tokens that add no text (bytes that are not UTF-8, each held back
+/// as a possible start of a character): the stream still ends with all their
+/// text, every delta extends what came before, and the decoder's work stays
+/// linear (it used to re-decode the whole growing run at each token).
+#[test]
+fn streaming_decode_of_a_long_run_without_text_stays_linear() {
+    let engine = engine();
+    let tokenizer = engine.tokenizer();
+    let lone_byte = (0..tokenizer.vocab_size() as u32)
+        .find(|&id| tokenizer.decode(&[id, id]).unwrap() == "\u{FFFD}\u{FFFD}")
+        .expect("a byte token that is not UTF-8 on its own");
+    let words = tokenizer.encode("and then some text").unwrap();
+    let mut sequence = vec![lone_byte; 10_000];
+    sequence.extend(&words);
+    sequence.extend(std::iter::repeat_n(lone_byte, 10_000));
+    let whole = tokenizer.decode(&sequence).unwrap();
+    let mut decoder = StreamDecoder::default();
+    let mut streamed = String::new();
+    for &id in &sequence {
+        streamed.push_str(&decoder.push(tokenizer, id).unwrap());
+        assert!(whole.starts_with(&streamed), "a delta took back text");
+    }
+    streamed.push_str(&decoder.finish(tokenizer).unwrap());
+    assert_eq!(streamed, whole);
+    assert!(
+        decoder.decoded_tokens() <= 64 * sequence.len(),
+        "{} tokens decoded for {} pushed",
+        decoder.decoded_tokens(),
+        sequence.len()
+    );
+}
+
 #[test]
 fn bad_requests_are_refused_with_a_reason() {
     let engine = engine();
