@@ -32,12 +32,14 @@ pub fn set_resource_dir(dir: PathBuf) {
 
 /// The default pair: `$FLASHBAR_DEFAULT_MODEL`, else the bundled one, else
 /// this source tree's `models/default/target`, with the `drafter/` beside
-/// it when present.
+/// it when present. The path is made absolute and free of `..` where the
+/// folder exists, so the Models view shows where it really is.
 pub fn default_pair() -> Pair {
     let target = default_target(
         std::env::var_os(DEFAULT_MODEL_ENV).map(PathBuf::from),
         RESOURCE_DIR.get().map(PathBuf::as_path),
     );
+    let target = std::fs::canonicalize(&target).unwrap_or(target);
     let drafter = target
         .parent()
         .map(|root| root.join("drafter"))
@@ -151,6 +153,21 @@ mod tests {
             resources["../models/default/drafter/"].as_str(),
             Some(drafter.as_str())
         );
+    }
+
+    #[test]
+    fn the_default_pair_is_shown_without_dot_dot() {
+        let pair = default_pair();
+        for dir in std::iter::once(&pair.target).chain(pair.drafter.as_ref()) {
+            assert!(dir.is_absolute(), "{}", dir.display());
+            assert!(
+                !dir.components()
+                    .any(|c| c == std::path::Component::ParentDir),
+                "{}",
+                dir.display()
+            );
+        }
+        assert!(pair.drafter.is_some(), "the source tree's drafter is found");
     }
 
     #[test]
