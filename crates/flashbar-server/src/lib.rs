@@ -32,7 +32,7 @@ mod hardening_tests;
 pub use error::ApiError;
 pub use limits::Limits;
 pub use server::{ObserveRequests, Server, ServerError, ServerOptions};
-pub use worker::{Backend, Observer, Worker, DEFAULT_QUEUE_CAPACITY};
+pub use worker::{Activity, Backend, Observer, Worker, DEFAULT_QUEUE_CAPACITY};
 
 /// The default port: unused by other local-LLM apps (LM Studio 1234,
 /// Ollama 11434, Jan 1337, oMLX 8000).

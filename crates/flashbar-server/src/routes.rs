@@ -127,11 +127,14 @@ async fn get_model(
 }
 
 async fn health(State(state): State<Arc<AppState>>) -> Json<Value> {
+    // One snapshot, so `busy: false, queued: 0` is never read between two
+    // jobs; the memory is read after it.
+    let activity = state.worker.activity();
     Json(json!({
         "status": "ok",
         "model": state.names.id,
-        "busy": state.worker.busy(),
-        "queued": state.worker.queued(),
+        "busy": activity.busy,
+        "queued": activity.queued,
         "queued_peak": state.worker.queued_peak(),
         "queue_capacity": state.worker.capacity(),
         "memory": memory::stats(),

@@ -75,6 +75,22 @@ struct Job {
     observer: Option<Observer>,
 }
 
+/// What the worker is doing, as `/health` reports it. Read through
+/// [`Worker::activity`]: `queued == 0 && !busy` only once no job is waiting
+/// or in hand (the engine thread marks itself busy before it counts a job
+/// out of the queue, and the snapshot reads the queue first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Activity {
+    pub queued: usize,
+    pub busy: bool,
+}
+
+impl Activity {
+    pub fn idle(&self) -> bool {
+        self.queued == 0 && !self.busy
+    }
+}
+
 #[derive(Default)]
 struct State {
     busy: AtomicBool,
@@ -133,12 +149,13 @@ impl Worker {
                     }
                 };
                 while let Ok(job) = queue.recv() {
-                    thread_state.queued.fetch_sub(1, Ordering::SeqCst);
-                    if job.cancel.is_cancelled() || job.events.is_closed() {
-                        continue; // its client left while it waited
-                    }
+                    // Busy first, then out of the queue: a job in hand is
+                    // never counted in neither (see `Activity`).
                     thread_state.busy.store(true, Ordering::SeqCst);
-                    run(&backend, job);
+                    thread_state.queued.fetch_sub(1, Ordering::SeqCst);
+                    if !(job.cancel.is_cancelled() || job.events.is_closed()) {
+                        run(&backend, job); // else its client left while it waited
+                    }
                     thread_state.busy.store(false, Ordering::SeqCst);
                 }
             })
@@ -214,6 +231,14 @@ impl Worker {
                 })
             }
         }
+    }
+
+    /// Queued and busy, read so that an idle answer means no job is waiting
+    /// or in hand (the queue first: see `Activity`).
+    pub fn activity(&self) -> Activity {
+        let queued = self.state.queued.load(Ordering::SeqCst);
+        let busy = self.state.busy.load(Ordering::SeqCst);
+        Activity { queued, busy }
     }
 
     /// Whether a generation is running now.
@@ -486,6 +511,44 @@ pub(crate) mod tests {
         assert_eq!((accepted, refused), (4, 28));
         assert_eq!(worker.queued_peak(), 4);
         cancel.cancel();
+    }
+
+    #[test]
+    fn activity_counts_a_job_in_hand_as_busy_until_it_ends() {
+        let worker = echo_worker(4, 20);
+        let cancel = CancelToken::default();
+        let _running = worker.submit(request(1_000_000), cancel.clone()).unwrap();
+        while worker.queued() > 0 {
+            std::thread::yield_now();
+        }
+        assert_eq!(
+            worker.activity(),
+            Activity {
+                queued: 0,
+                busy: true
+            }
+        );
+        let waiting = CancelToken::default();
+        let _waiting = worker.submit(request(1), waiting.clone()).unwrap();
+        assert_eq!(
+            worker.activity(),
+            Activity {
+                queued: 1,
+                busy: true
+            }
+        );
+        waiting.cancel();
+        cancel.cancel();
+        while !worker.activity().idle() {
+            std::thread::yield_now();
+        }
+        assert_eq!(
+            worker.activity(),
+            Activity {
+                queued: 0,
+                busy: false
+            }
+        );
     }
 
     #[test]
