@@ -133,7 +133,7 @@ impl Engine {
             Speculation::Dflash => Control::Forced(&mut gate),
             Speculation::Auto => Control::Gated(&mut gate),
         };
-        Decoding {
+        let generation = Decoding {
             model: &self.model,
             tokenizer: &self.tokenizer,
             proposer,
@@ -141,7 +141,12 @@ impl Engine {
             thermal: thermal.as_mut(),
             block_size: request.block_size,
         }
-        .generate(&prompt, max_tokens, request, sink, cancel)
+        .generate(&prompt, max_tokens, request, sink, cancel);
+        // A step queued ahead and then dropped (a stop or a cancel) still
+        // runs on the device; wait for it, so the engine is idle for real
+        // when this returns.
+        flashbar_mlx::synchronize().map_err(mlx_error)?;
+        generation
     }
 
     /// Replaces where the thermal state is read from (tests script it).

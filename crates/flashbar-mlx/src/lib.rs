@@ -29,3 +29,19 @@ pub(crate) fn install_mlx_error_handler() {
 pub fn library() -> (&'static str, &'static str) {
     (mlx_sys::MLX_VERSION, mlx_sys::MLX_LIBRARY)
 }
+
+/// Waits until MLX has finished the work queued on the default stream.
+/// Work queued asynchronously (`async_eval`) and then dropped unread still
+/// runs, holding its buffers until it ends; the engine waits for it when a
+/// generation ends, so an idle engine has no work of its own left in flight
+/// (docs/reliability.md, "Load").
+pub fn synchronize() -> Result<(), mlx_rs::error::Exception> {
+    install_mlx_error_handler();
+    // SAFETY: no arguments; errors go to the handler installed above.
+    match unsafe { mlx_sys::mlx_synchronize_default() } {
+        0 => Ok(()),
+        _ => Err(mlx_rs::error::Exception::custom(
+            "MLX could not wait for the default stream",
+        )),
+    }
+}
