@@ -27,7 +27,15 @@ pub fn build_and_link(mlx_c: &Path, out_dir: &Path, mlx_version: &str) {
     place_beside_binaries(lib_wheel, &lib_root, &profile_dir, cuda);
     compile_mlx_c(mlx_c, &cpu_root.join("mlx/include"));
 
-    let lib_dir = lib_root.join("mlx/lib");
+    // The CPU build links (and `cargo test` / `cargo run` put on
+    // LD_LIBRARY_PATH) the folder of links beside the binaries, not the
+    // wheel's own: a libmlx loaded from the wheel finds the wheel's
+    // reference BLAS, so tests would run another BLAS than the binaries.
+    let lib_dir = if cuda {
+        lib_root.join("mlx/lib")
+    } else {
+        profile_dir.join("mlx/lib")
+    };
     println!("cargo:rustc-link-search=native={}", lib_dir.display());
     println!("cargo:rustc-link-lib=dylib=mlx");
     println!("cargo:rustc-link-lib=dylib=stdc++");

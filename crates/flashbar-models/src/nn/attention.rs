@@ -3,7 +3,8 @@
 
 use crate::config::{Rope, TextConfig};
 use crate::error::Result;
-use crate::nn::linear::{Linear, Weights};
+use crate::nn::host;
+use crate::nn::linear::{Linear, MatmulPath, Weights};
 use mlx_rs::fast::{rms_norm, rope, scaled_dot_product_attention, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{concatenate, sigmoid, split_equal};
@@ -57,6 +58,9 @@ pub struct Attention {
     head_dim: i32,
     eps: f32,
     rope: Rope,
+    /// Scores and weighted sums by the host kernels (the CPU path), whose
+    /// rows do not depend on how many queries come together.
+    host: bool,
 }
 
 impl Attention {
@@ -78,6 +82,7 @@ impl Attention {
             head_dim: config.head_dim() as i32,
             eps: config.rms_norm_eps,
             rope,
+            host: weights.matmul_path() == MatmulPath::Host,
         })
     }
 
@@ -109,8 +114,12 @@ impl Attention {
         let (keys, values) = cache.append(keys, values)?;
 
         let scale = (self.head_dim as f32).powf(-0.5);
-        let mask = (l > 1).then_some(ScaledDotProductAttentionMask::Causal);
-        let out = scaled_dot_product_attention(&queries, &keys, &values, scale, mask, None)?;
+        let out = if self.host && b == 1 {
+            host::causal_attention(&queries, &keys, &values, scale)?
+        } else {
+            let mask = (l > 1).then_some(ScaledDotProductAttentionMask::Causal);
+            scaled_dot_product_attention(&queries, &keys, &values, scale, mask, None)?
+        };
         let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
         self.o_proj.forward(&out.multiply(sigmoid(&gate)?)?)
     }

@@ -1,9 +1,12 @@
 //! Linear maps whose weights are plain floats or MLX affine-quantized
 //! (`weight` packed in u32 + `scales` + `biases`), chosen per module by what
-//! the checkpoint holds.
+//! the checkpoint holds; on the CPU, a small model's weights are unpacked
+//! to f32 once at load and multiplied by the row-invariant kernels of
+//! [`crate::nn::host`] (docs/cpu.md).
 
 use crate::config::{QuantParams, Quantization};
 use crate::error::{ModelError, Result};
+use crate::nn::host;
 use flashbar_mlx::device::{self, Backend};
 use mlx_rs::ops::{dequantize, gather_mm, gather_qmm, matmul, quantized_matmul};
 use mlx_rs::{Array, Dtype};
@@ -18,18 +21,83 @@ use std::collections::HashMap;
 /// only prefill (shared by every mode) takes the gemm.
 pub const CPU_GEMM_FROM_ROWS: i32 = 64;
 
+/// The most f32 bytes a checkpoint may unpack to for the CPU's host
+/// kernels (the embedded pair: 55 MB; a 0.3B model: 1.2 GB). Larger models
+/// keep MLX's kernels: memory over speed.
+pub const HOST_LIMIT_BYTES: u64 = 2 << 30;
+
+/// Chooses the CPU's matmul path: `auto` (host when the model fits
+/// [`HOST_LIMIT_BYTES`]), `host`, or `mlx` (MLX's kernels; benchmarks
+/// compare the two).
+pub const CPU_MATMUL_ENV: &str = "FLASHBAR_CPU_MATMUL";
+
+/// Who multiplies a checkpoint's weights (and, for attention, its scores).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulPath {
+    /// MLX: the GPU, and large models on the CPU.
+    Mlx,
+    /// [`crate::nn::host`] over f32 weights unpacked at load: the CPU, where
+    /// MLX's quantized kernel costs 10-20x more for 16 rows than for one
+    /// and its BLAS products are not row-invariant.
+    Host,
+}
+
 /// The loaded tensors, handed out once each by name.
 pub struct Weights {
     arrays: HashMap<String, Array>,
     quantization: Quantization,
+    path: MatmulPath,
 }
 
 impl Weights {
+    /// The tensors of one checkpoint, with the matmul path chosen for this
+    /// device and their size ([`MatmulPath`]).
     pub fn new(arrays: HashMap<String, Array>, quantization: Quantization) -> Self {
-        Weights {
+        let mut weights = Weights {
             arrays,
             quantization,
+            path: MatmulPath::Mlx,
+        };
+        weights.path = weights.choose_path();
+        weights
+    }
+
+    pub fn matmul_path(&self) -> MatmulPath {
+        self.path
+    }
+
+    fn choose_path(&self) -> MatmulPath {
+        if device::current() != Backend::Cpu {
+            return MatmulPath::Mlx;
         }
+        match std::env::var(CPU_MATMUL_ENV).as_deref() {
+            Ok("mlx") => MatmulPath::Mlx,
+            Ok("host") => MatmulPath::Host,
+            _ if self.unpacked_bytes() <= HOST_LIMIT_BYTES => MatmulPath::Host,
+            _ => MatmulPath::Mlx,
+        }
+    }
+
+    /// f32 bytes of every tensor unpacked (a quantized weight from its
+    /// scales: one per group; packed words and biases not counted).
+    fn unpacked_bytes(&self) -> u64 {
+        self.arrays
+            .iter()
+            .map(|(name, array)| match name.strip_suffix(".scales") {
+                Some(module) => self
+                    .quantization
+                    .for_module(module)
+                    .map_or(0, |q| array.size() as u64 * q.group_size as u64 * 4),
+                None if self.arrays.contains_key(&format!(
+                    "{}.scales",
+                    name.strip_suffix(".weight").unwrap_or(name)
+                )) || name.ends_with(".biases") =>
+                {
+                    0
+                }
+                None => array.size() as u64 * 4,
+            })
+            .sum()
     }
 
     pub fn take(&mut self, name: &str) -> Result<Array> {
@@ -82,21 +150,47 @@ impl Packed {
 pub enum LinearWeight {
     Dense(Array),
     Quantized(Packed),
+    /// For the host kernels: exactly the checkpoint's values (dequantized
+    /// when packed; `dtype` is the type they came in) as f32, evaluated.
+    Host {
+        weight: Array,
+        dtype: Dtype,
+    },
 }
 
 impl LinearWeight {
-    /// `{path}.weight`, packed with `.scales` / `.biases` when quantized.
-    fn load(weights: &mut Weights, path: &str) -> Result<Self> {
-        Ok(match weights.quant(path)? {
+    /// `{path}.weight`, packed with `.scales` / `.biases` when quantized;
+    /// unpacked for the host kernels when the checkpoint's path is
+    /// [`MatmulPath::Host`] and `hostable`.
+    fn load(weights: &mut Weights, path: &str, hostable: bool) -> Result<Self> {
+        let loaded = match weights.quant(path)? {
             Some(params) => LinearWeight::Quantized(Packed::take(weights, path, params)?),
             None => LinearWeight::Dense(weights.take(&format!("{path}.weight"))?),
-        })
+        };
+        if !(hostable && weights.path == MatmulPath::Host) {
+            return Ok(loaded);
+        }
+        let (values, dtype) = match loaded {
+            LinearWeight::Quantized(q) => (
+                dequantize(&q.weight, &q.scales, &q.biases, q.group_size, q.bits)?,
+                q.scales.dtype(),
+            ),
+            LinearWeight::Dense(w) => {
+                let dtype = w.dtype();
+                (w, dtype)
+            }
+            host => return Ok(host),
+        };
+        let weight = values.as_dtype(Dtype::Float32)?.contiguous()?;
+        weight.eval()?;
+        Ok(LinearWeight::Host { weight, dtype })
     }
 
     /// `x W^T`.
     fn apply(&self, x: &Array) -> Result<Array> {
         Ok(match self {
             LinearWeight::Dense(w) => matmul(x, w.t())?,
+            LinearWeight::Host { weight, .. } => host::linear(x, weight)?,
             LinearWeight::Quantized(q) if prefers_gemm(x) => {
                 // In f32, so the CPU's BLAS sgemm runs it whatever the dtype.
                 let w = dequantize(&q.weight, &q.scales, &q.biases, q.group_size, q.bits)?
@@ -131,7 +225,7 @@ pub struct Linear {
 
 impl Linear {
     pub fn load(weights: &mut Weights, path: &str) -> Result<Self> {
-        let weight = LinearWeight::load(weights, path)?;
+        let weight = LinearWeight::load(weights, path, true)?;
         let bias = weights.take_optional(&format!("{path}.bias"));
         Ok(Linear { weight, bias })
     }
@@ -153,13 +247,15 @@ pub struct Embedding {
 impl Embedding {
     pub fn load(weights: &mut Weights, path: &str) -> Result<Self> {
         Ok(Embedding {
-            weight: LinearWeight::load(weights, path)?,
+            weight: LinearWeight::load(weights, path, true)?,
         })
     }
 
     pub fn lookup(&self, ids: &Array) -> Result<Array> {
         Ok(match &self.weight {
             LinearWeight::Dense(w) => w.take_axis(ids, 0)?,
+            // The dequantized values, back in the type dequantize gives.
+            LinearWeight::Host { weight, dtype } => weight.take_axis(ids, 0)?.as_dtype(*dtype)?,
             LinearWeight::Quantized(q) => dequantize(
                 q.weight.take_axis(ids, 0)?,
                 q.scales.take_axis(ids, 0)?,
@@ -182,15 +278,19 @@ pub struct SwitchLinear {
 
 impl SwitchLinear {
     pub fn load(weights: &mut Weights, path: &str) -> Result<Self> {
+        // Experts stay as they came: each token's rows go through its own
+        // experts one row at a time, and MoE models are far past the limit.
         Ok(SwitchLinear {
-            weight: LinearWeight::load(weights, path)?,
+            weight: LinearWeight::load(weights, path, false)?,
         })
     }
 
     /// `x`: `[..., 1, in]` rows, `indices`: the expert of each row.
     pub fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
         Ok(match &self.weight {
-            LinearWeight::Dense(w) => gather_mm(x, w.swap_axes(-1, -2)?, None, indices, false)?,
+            LinearWeight::Dense(w) | LinearWeight::Host { weight: w, .. } => {
+                gather_mm(x, w.swap_axes(-1, -2)?, None, indices, false)?
+            }
             LinearWeight::Quantized(q) => gather_qmm(
                 x,
                 &q.weight,

@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod gated_delta;
+pub mod host;
 pub mod linear;
 pub mod mlp;
 pub mod moe;

@@ -1,0 +1,324 @@
+//! CPU kernels in Rust over evaluated arrays, for the products a verify and
+//! a decode step must compute alike: every output row comes from the same
+//! fixed-order sums whatever the number of rows, so row i of a 16-token
+//! verify is bit for bit the 1-token step of that token (docs/cpu.md, "Row
+//! invariance"). BLAS does not promise that: OpenBLAS sums edge rows in
+//! another order, and MLX's CPU attention multiplies through it.
+//!
+//! The sums are written as 16 lanes of separate multiplies and adds
+//! (Rust never fuses them), so the rounding is the same with SSE, AVX2 or
+//! NEON, on every machine; rows are spread over threads, which never changes
+//! what any one row computes.
+
+use crate::error::Result;
+use mlx_rs::{Array, Dtype};
+use rayon::prelude::*;
+
+/// Lanes of every dot product; their sums are folded in a fixed tree.
+const LANES: usize = 16;
+
+/// Work (multiply-adds) below which a product runs on one thread: a
+/// decode step's small projections cost less than handing them out.
+const PARALLEL_FROM: usize = 1 << 17;
+
+/// `sum_i a[i] b[i]` in a fixed order (16 lanes, then a fixed tree, then
+/// the tail in order).
+#[inline(always)]
+fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let whole = a.len() / LANES * LANES;
+    for (x, y) in a[..whole]
+        .chunks_exact(LANES)
+        .zip(b[..whole].chunks_exact(LANES))
+    {
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut width = LANES / 2;
+    while width > 0 {
+        for l in 0..width {
+            acc[l] += acc[l + width];
+        }
+        width /= 2;
+    }
+    let mut sum = acc[0];
+    for (x, y) in a[whole..].iter().zip(&b[whole..]) {
+        sum += x * y;
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    dot_lanes(a, b)
+}
+
+/// [`dot_lanes`], compiled for AVX2 where the CPU has it: the same
+/// operations in the same order, so the same bits, only wider registers.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            return unsafe { dot_avx2(a, b) };
+        }
+    }
+    dot_lanes(a, b)
+}
+
+/// `out[m, n] = x[m, :] . w[n, :]` for `x` `[rows, k]` and `w` `[cols, k]`,
+/// both row-major. Each element is one [`dot`]: row-invariant by design.
+pub fn matmul_nt(x: &[f32], w: &[f32], k: usize, out: &mut [f32]) {
+    let (rows, cols) = (x.len() / k, w.len() / k);
+    debug_assert_eq!(out.len(), rows * cols);
+    // One weight row at a time against every input row: each weight is
+    // read from memory once per product, the inputs stay in cache.
+    let column = |w_n: &[f32], put: &mut dyn FnMut(usize, f32)| {
+        for m in 0..rows {
+            put(m, dot(&x[m * k..(m + 1) * k], w_n));
+        }
+    };
+    if rows * cols * k < PARALLEL_FROM {
+        for (n, w_n) in w.chunks_exact(k).enumerate() {
+            column(w_n, &mut |m, v| out[m * cols + n] = v);
+        }
+        return;
+    }
+    // Threads take blocks of weight rows; each writes its own columns,
+    // gathered per block and copied into place.
+    let block = cols.div_ceil(rayon::current_num_threads() * 4).max(1);
+    let parts: Vec<(usize, Vec<f32>)> = w
+        .par_chunks(block * k)
+        .enumerate()
+        .map(|(b, ws)| {
+            let first = b * block;
+            let width = ws.len() / k;
+            let mut part = vec![0f32; rows * width];
+            for (j, w_n) in ws.chunks_exact(k).enumerate() {
+                column(w_n, &mut |m, v| part[m * width + j] = v);
+            }
+            (first, part)
+        })
+        .collect();
+    for (first, part) in parts {
+        let width = part.len() / rows;
+        for m in 0..rows {
+            out[m * cols + first..m * cols + first + width]
+                .copy_from_slice(&part[m * width..(m + 1) * width]);
+        }
+    }
+}
+
+/// Causal attention of `q` `[heads, len, d]` over `k`, `v` `[kv_heads,
+/// total, d]` (the last `len` positions of `total` are the queries'),
+/// grouped heads (head h reads kv head h / (heads / kv_heads)).
+/// Per query: scores `scale * q.k` by [`dot`], softmax with the max
+/// subtracted, and the weighted sum of values in position order: what one
+/// query computes does not depend on how many came with it.
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (heads, kv_heads, len, total, d): (usize, usize, usize, usize, usize),
+    scale: f32,
+    out: &mut [f32],
+) {
+    let group = heads / kv_heads;
+    let one = |index: usize, out: &mut [f32]| {
+        let (h, l) = (index / len, index % len);
+        let kv = h / group;
+        let query = &q[index * d..(index + 1) * d];
+        let visible = total - len + l + 1;
+        let keys = &k[kv * total * d..];
+        let values = &v[kv * total * d..];
+        let mut scores: Vec<f32> = (0..visible)
+            .map(|s| dot(query, &keys[s * d..(s + 1) * d]) * scale)
+            .collect();
+        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for score in &mut scores {
+            *score = (*score - max).exp();
+            sum += *score;
+        }
+        out.fill(0.0);
+        for (s, weight) in scores.iter().enumerate() {
+            for (o, value) in out.iter_mut().zip(&values[s * d..(s + 1) * d]) {
+                *o += weight * value;
+            }
+        }
+        for o in out.iter_mut() {
+            *o /= sum;
+        }
+    };
+    if heads * len * total * d < PARALLEL_FROM {
+        for (index, row) in out.chunks_exact_mut(d).enumerate() {
+            one(index, row);
+        }
+    } else {
+        out.par_chunks_exact_mut(d)
+            .enumerate()
+            .for_each(|(index, row)| one(index, row));
+    }
+}
+
+/// An array's values as f32, row-major (evaluated first).
+pub fn host_f32(array: &Array) -> Result<Vec<f32>> {
+    let array = array.as_dtype(Dtype::Float32)?.contiguous()?;
+    array.eval()?;
+    Ok(array.as_slice::<f32>().to_vec())
+}
+
+/// `x W^T` for `x` `[..., k]` and `weight` `[n, k]` f32 (evaluated,
+/// contiguous), in `x`'s dtype.
+pub fn linear(x: &Array, weight: &Array) -> Result<Array> {
+    let shape = x.shape().to_vec();
+    let k = *shape.last().unwrap_or(&1) as usize;
+    let cols = weight.shape()[0];
+    let xs = host_f32(x)?;
+    let mut out = vec![0f32; xs.len() / k * cols as usize];
+    matmul_nt(&xs, weight.as_slice::<f32>(), k, &mut out);
+    let mut out_shape = shape;
+    *out_shape.last_mut().unwrap() = cols;
+    Ok(Array::from_slice(&out, &out_shape).as_dtype(x.dtype())?)
+}
+
+/// [`attention`] for MLX arrays: `q` `[1, heads, len, d]`, `k`, `v`
+/// `[1, kv_heads, total, d]`; returns `[1, heads, len, d]` in `q`'s dtype.
+pub fn causal_attention(q: &Array, k: &Array, v: &Array, scale: f32) -> Result<Array> {
+    let (qs, ks) = (q.shape(), k.shape());
+    let dims = (
+        qs[1] as usize,
+        ks[1] as usize,
+        qs[2] as usize,
+        ks[2] as usize,
+        qs[3] as usize,
+    );
+    let (qh, kh, vh) = (host_f32(q)?, host_f32(k)?, host_f32(v)?);
+    let mut out = vec![0f32; qh.len()];
+    attention(&qh, &kh, &vh, dims, scale, &mut out);
+    Ok(Array::from_slice(&out, qs).as_dtype(q.dtype())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, salt: f32) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i as f32 + salt) * 0.618_034).sin() * 1.3)
+            .collect()
+    }
+
+    #[test]
+    fn the_dot_is_the_same_with_and_without_wide_registers() {
+        for len in [1, 15, 16, 17, 64, 384, 1000] {
+            let (a, b) = (values(len, 0.5), values(len, 7.0));
+            assert_eq!(dot(&a, &b).to_bits(), dot_lanes(&a, &b).to_bits(), "{len}");
+            let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+            assert!(
+                (dot(&a, &b) as f64 - exact).abs() < 1e-4 * len as f64,
+                "{len}"
+            );
+        }
+    }
+
+    /// Row i of an M-row product is bit for bit the 1-row product of row
+    /// i, for every M up to a verify block and a prefill chunk, on one
+    /// thread and on many.
+    #[test]
+    fn matmul_rows_do_not_depend_on_how_many_there_are() {
+        for (cols, k) in [(8, 384), (1152, 384), (384, 1152), (3000, 64)] {
+            let w = values(cols * k, 3.0);
+            let x = values(80 * k, 11.0);
+            let single = |m: usize| {
+                let mut out = vec![0f32; cols];
+                matmul_nt(&x[m * k..(m + 1) * k], &w, k, &mut out);
+                out
+            };
+            let singles: Vec<Vec<f32>> = (0..80).map(single).collect();
+            for rows in [2, 3, 5, 16, 80] {
+                let mut out = vec![0f32; rows * cols];
+                matmul_nt(&x[..rows * k], &w, k, &mut out);
+                for m in 0..rows {
+                    assert_eq!(
+                        out[m * cols..(m + 1) * cols],
+                        singles[m][..],
+                        "{cols}x{k}, {rows} rows, row {m}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// A query's output is the same attending alone (a decode step) or
+    /// with the rest of its block (a verify), and matches the textbook
+    /// softmax within f32 rounding.
+    #[test]
+    fn attention_rows_do_not_depend_on_the_block() {
+        let (heads, kv_heads, d, total, len) = (6, 2, 64, 40, 16);
+        let q = values(heads * len * d, 1.0);
+        let k = values(kv_heads * total * d, 2.0);
+        let v = values(kv_heads * total * d, 3.0);
+        let mut block = vec![0f32; q.len()];
+        attention(
+            &q,
+            &k,
+            &v,
+            (heads, kv_heads, len, total, d),
+            0.125,
+            &mut block,
+        );
+        for l in 0..len {
+            // The query alone, with the keys up to its own position.
+            let upto = total - len + l + 1;
+            let lone_q: Vec<f32> = (0..heads)
+                .flat_map(|h| q[(h * len + l) * d..(h * len + l + 1) * d].to_vec())
+                .collect();
+            let cut = |x: &[f32]| -> Vec<f32> {
+                (0..kv_heads)
+                    .flat_map(|h| x[h * total * d..(h * total + upto) * d].to_vec())
+                    .collect()
+            };
+            let mut lone = vec![0f32; heads * d];
+            attention(
+                &lone_q,
+                &cut(&k),
+                &cut(&v),
+                (heads, kv_heads, 1, upto, d),
+                0.125,
+                &mut lone,
+            );
+            for h in 0..heads {
+                let row = &block[(h * len + l) * d..(h * len + l + 1) * d];
+                assert_eq!(row, &lone[h * d..(h + 1) * d], "query {l}, head {h}");
+                // Textbook softmax in f64.
+                let kv = h / (heads / kv_heads);
+                let qr = &lone_q[h * d..(h + 1) * d];
+                let scores: Vec<f64> = (0..upto)
+                    .map(|s| {
+                        let key = &k[(kv * total + s) * d..(kv * total + s + 1) * d];
+                        qr.iter()
+                            .zip(key)
+                            .map(|(a, b)| *a as f64 * *b as f64)
+                            .sum::<f64>()
+                            * 0.125
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::MIN, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let total_e: f64 = e.iter().sum();
+                for j in 0..d {
+                    let want: f64 = (0..upto)
+                        .map(|s| e[s] * v[(kv * total + s) * d + j] as f64)
+                        .sum::<f64>()
+                        / total_e;
+                    assert!((row[j] as f64 - want).abs() < 1e-5, "{} vs {want}", row[j]);
+                }
+            }
+        }
+    }
+}
