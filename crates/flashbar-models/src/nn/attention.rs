@@ -4,7 +4,7 @@
 use crate::config::{Rope, TextConfig};
 use crate::error::Result;
 use crate::nn::host;
-use crate::nn::linear::{Linear, MatmulPath, Weights};
+use crate::nn::linear::{Linear, Weights};
 use mlx_rs::fast::{rms_norm, rope, scaled_dot_product_attention, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{concatenate, sigmoid, split_equal};
@@ -82,7 +82,7 @@ impl Attention {
             head_dim: config.head_dim() as i32,
             eps: config.rms_norm_eps,
             rope,
-            host: weights.matmul_path() == MatmulPath::Host,
+            host: weights.host_attention(),
         })
     }
 

@@ -12,13 +12,14 @@ use mlx_rs::ops::{dequantize, gather_mm, gather_qmm, matmul, quantized_matmul};
 use mlx_rs::{Array, Dtype};
 use std::collections::HashMap;
 
-/// From this many rows on, the CPU multiplies by the dequantized weight
-/// (one BLAS gemm) instead of MLX's quantized kernel, whose cost there grows
-/// with every row (a 2,000-token prefill: seconds per layer against tens of
-/// milliseconds). Above the largest verify block on purpose: decode and
-/// verify keep the quantized kernel, whose rows do not depend on how many
-/// there are, so a verified block still equals decoding it token by token;
-/// only prefill (shared by every mode) takes the gemm.
+/// A model past [`HOST_LIMIT_BYTES`] on the CPU: from this many rows on,
+/// it multiplies by the dequantized weight (one BLAS gemm) instead of MLX's
+/// quantized kernel, whose cost there grows with every row (a 2,000-token
+/// prefill: seconds per layer against tens of milliseconds). Above the
+/// largest verify block on purpose: decode and verify keep the quantized
+/// kernel, whose rows do not depend on how many there are, so a verified
+/// block still equals decoding it token by token; only prefill (shared by
+/// every mode) takes the gemm.
 pub const CPU_GEMM_FROM_ROWS: i32 = 64;
 
 /// The most f32 bytes a checkpoint may unpack to for the CPU's host
@@ -66,12 +67,18 @@ impl Weights {
         self.path
     }
 
+    /// Whether attention runs on the host kernels: on the CPU whatever the
+    /// model's size (it needs no unpacked weights), unless
+    /// `FLASHBAR_CPU_MATMUL=mlx`.
+    pub fn host_attention(&self) -> bool {
+        device::current() == Backend::Cpu && std::env::var(CPU_MATMUL_ENV).as_deref() != Ok("mlx")
+    }
+
     fn choose_path(&self) -> MatmulPath {
-        if device::current() != Backend::Cpu {
+        if !self.host_attention() {
             return MatmulPath::Mlx;
         }
         match std::env::var(CPU_MATMUL_ENV).as_deref() {
-            Ok("mlx") => MatmulPath::Mlx,
             Ok("host") => MatmulPath::Host,
             _ if self.unpacked_bytes() <= HOST_LIMIT_BYTES => MatmulPath::Host,
             _ => MatmulPath::Mlx,
