@@ -82,7 +82,7 @@ impl Attention {
             head_dim: config.head_dim() as i32,
             eps: config.rms_norm_eps,
             rope,
-            host: weights.host_attention(),
+            host: weights.host_kernels(),
         })
     }
 

@@ -8,6 +8,7 @@
 
 use crate::config::TextConfig;
 use crate::error::Result;
+use crate::nn::gated_delta_host;
 use crate::nn::linear::{Linear, Weights};
 use flashbar_mlx::{device, gdn_kernels};
 use mlx_rs::fast::rms_norm;
@@ -38,8 +39,17 @@ pub struct GdnTape {
     g: Array,
     delta: Array,
     conv_kernel: i32,
-    /// Recorded by the GPU kernel: replay with its twin, for identical rounding.
-    on_kernel: bool,
+    /// Who recorded it: the replay is its twin, for identical rounding.
+    by: Recurrence,
+}
+
+/// Where the recurrence runs: the GPU kernel, the CPU's host code, or MLX
+/// ops (a batch of several rows on the CPU).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Recurrence {
+    Kernel,
+    Host,
+    Ops,
 }
 
 impl GdnTape {
@@ -62,10 +72,11 @@ impl GdnTape {
                 .index((.., accepted..(accepted + self.conv_kernel - 1), ..))
                 .contiguous()?,
         );
-        state.ssm = Some(if self.on_kernel {
-            gdn_kernels::replay(&self.ssm_before, &self.k, &self.g, &self.delta, accepted)?
-        } else {
-            replay(&self.ssm_before, &self.k, &self.g, &self.delta, accepted)?
+        let (before, k, g, delta) = (&self.ssm_before, &self.k, &self.g, &self.delta);
+        state.ssm = Some(match self.by {
+            Recurrence::Kernel => gdn_kernels::replay(before, k, g, delta, accepted)?,
+            Recurrence::Host => gated_delta_host::replay_arrays(before, k, g, delta, accepted)?,
+            Recurrence::Ops => replay(before, k, g, delta, accepted)?,
         });
         Ok(())
     }
@@ -88,6 +99,8 @@ pub struct GatedDeltaNet {
     head_v_dim: i32,
     conv_kernel: i32,
     eps: f32,
+    /// The recurrence on the host (the CPU path, docs/cpu.md).
+    host: bool,
 }
 
 impl GatedDeltaNet {
@@ -108,6 +121,7 @@ impl GatedDeltaNet {
             head_v_dim: config.linear_value_head_dim as i32,
             conv_kernel: config.linear_conv_kernel_dim as i32,
             eps: config.rms_norm_eps,
+            host: weights.host_kernels(),
         })
     }
 
@@ -169,12 +183,22 @@ impl GatedDeltaNet {
         };
         // One recurrence per backend, used for every T (decode, verify,
         // prefill), so a verified block equals decoding it token by token.
-        let on_kernel = gdn_kernels::available(device::current());
-        let (y, new_ssm, delta) = if on_kernel {
-            let (y, state, delta) = gdn_kernels::record(&q, &k, &v, &g, &beta, &ssm)?;
-            (y, state, Some(delta))
+        let by = if gdn_kernels::available(device::current()) {
+            Recurrence::Kernel
+        } else if self.host && b == 1 {
+            Recurrence::Host
         } else {
-            recurrence(&q, &k, &v, &g, &beta, ssm.clone(), record)?
+            Recurrence::Ops
+        };
+        let (y, new_ssm, delta) = match by {
+            Recurrence::Kernel => {
+                let (y, state, delta) = gdn_kernels::record(&q, &k, &v, &g, &beta, &ssm)?;
+                (y, state, Some(delta))
+            }
+            Recurrence::Host => {
+                gated_delta_host::record_arrays(&q, &k, &v, &g, &beta, &ssm, record)?
+            }
+            Recurrence::Ops => recurrence(&q, &k, &v, &g, &beta, ssm.clone(), record)?,
         };
         state.ssm = Some(new_ssm);
         let tape = match (conv_for_tape, delta) {
@@ -185,7 +209,7 @@ impl GatedDeltaNet {
                 g,
                 delta,
                 conv_kernel: self.conv_kernel,
-                on_kernel,
+                by,
             }),
             _ => None,
         };

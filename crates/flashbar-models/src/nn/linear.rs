@@ -67,15 +67,15 @@ impl Weights {
         self.path
     }
 
-    /// Whether attention runs on the host kernels: on the CPU whatever the
-    /// model's size (it needs no unpacked weights), unless
-    /// `FLASHBAR_CPU_MATMUL=mlx`.
-    pub fn host_attention(&self) -> bool {
+    /// Whether attention and the gated-delta recurrence run on the host
+    /// kernels: on the CPU whatever the model's size (they need no unpacked
+    /// weights), unless `FLASHBAR_CPU_MATMUL=mlx`.
+    pub fn host_kernels(&self) -> bool {
         device::current() == Backend::Cpu && std::env::var(CPU_MATMUL_ENV).as_deref() != Ok("mlx")
     }
 
     fn choose_path(&self) -> MatmulPath {
-        if !self.host_attention() {
+        if !self.host_kernels() {
             return MatmulPath::Mlx;
         }
         match std::env::var(CPU_MATMUL_ENV).as_deref() {

@@ -1,0 +1,328 @@
+//! The gated delta recurrence on the CPU, in Rust over evaluated arrays:
+//! one function for every T (decode, verify, prefill) and its replay, so a
+//! T-token verify equals T one-token steps bit for bit and a rollback
+//! reaches exactly the state that decoding the kept prefix reaches
+//! (docs/cpu.md; the maths in docs/dflash.md). Per value head h, step t,
+//! row r of the state S `[Dv, Dk]`:
+//!
+//!   S[r] <- g S[r];  d = beta (v[r] - S[r].k);  S[r] <- S[r] + d k;  y[r] = S[r].q
+//!
+//! The replay repeats the first and third lines with the recorded d: the
+//! same operations in the same order, so the same bits.
+
+use crate::error::Result;
+use crate::nn::host::{dot, host_f32};
+use mlx_rs::Array;
+use rayon::prelude::*;
+
+/// Sizes: steps, key heads, value heads, key and value head dims.
+#[derive(Clone, Copy)]
+pub struct Dims {
+    pub steps: usize,
+    pub hk: usize,
+    pub hv: usize,
+    pub dk: usize,
+    pub dv: usize,
+}
+
+/// One step range's inputs, row-major: q, k `[T, Hk, Dk]`; v `[T, Hv, Dv]`;
+/// g, beta `[T, Hv]`.
+#[derive(Clone, Copy)]
+pub struct Inputs<'a> {
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub g: &'a [f32],
+    pub beta: &'a [f32],
+}
+
+/// One head's share: its index, state `[Dv, Dk]`, y rows and delta rows.
+type HeadJob<'a> = (
+    usize,
+    ((&'a mut [f32], &'a mut [f32]), Option<&'a mut [f32]>),
+);
+
+/// Heads times steps times state size below which one thread runs it.
+const PARALLEL_FROM: usize = 1 << 17;
+
+/// One value head over every step. `state` is that head's `[Dv, Dk]`;
+/// `y` and `delta` its rows `[T, Dv]` (laid out per head, gathered after).
+fn head(
+    h: usize,
+    d: Dims,
+    Inputs { q, k, v, g, beta }: Inputs,
+    state: &mut [f32],
+    y: &mut [f32],
+    mut delta: Option<&mut [f32]>,
+) {
+    let kh = h / (d.hv / d.hk);
+    for t in 0..d.steps {
+        let key = &k[(t * d.hk + kh) * d.dk..][..d.dk];
+        let query = &q[(t * d.hk + kh) * d.dk..][..d.dk];
+        let values = &v[(t * d.hv + h) * d.dv..][..d.dv];
+        let (gate, b) = (g[t * d.hv + h], beta[t * d.hv + h]);
+        for (r, row) in state.chunks_exact_mut(d.dk).enumerate() {
+            for s in row.iter_mut() {
+                *s *= gate;
+            }
+            let step = (values[r] - dot(row, key)) * b;
+            for (s, kk) in row.iter_mut().zip(key) {
+                *s += kk * step;
+            }
+            y[t * d.dv + r] = dot(row, query);
+            if let Some(delta) = delta.as_deref_mut() {
+                delta[t * d.dv + r] = step;
+            }
+        }
+    }
+}
+
+/// Runs the recurrence over all steps of `inputs` from `state` `[Hv, Dv,
+/// Dk]`, advanced in place. Returns y `[T, Hv, Dv]` and, when `record`,
+/// every step's d `[T, Hv, Dv]`.
+pub fn record(
+    inputs: Inputs,
+    state: &mut [f32],
+    d: Dims,
+    record: bool,
+) -> (Vec<f32>, Option<Vec<f32>>) {
+    let per_head = d.steps * d.dv;
+    let mut y = vec![0f32; d.hv * per_head];
+    let mut delta = record.then(|| vec![0f32; d.hv * per_head]);
+    let work = |(h, ((s, y), delta)): HeadJob| head(h, d, inputs, s, y, delta);
+    let states = state.chunks_exact_mut(d.dv * d.dk);
+    let ys = y.chunks_exact_mut(per_head);
+    let deltas: Vec<Option<&mut [f32]>> = match &mut delta {
+        Some(all) => all.chunks_exact_mut(per_head).map(Some).collect(),
+        None => (0..d.hv).map(|_| None).collect(),
+    };
+    let jobs: Vec<_> = states.zip(ys).zip(deltas).enumerate().collect();
+    if d.hv * d.steps * d.dv * d.dk < PARALLEL_FROM {
+        jobs.into_iter().for_each(work);
+    } else {
+        jobs.into_par_iter().for_each(work);
+    }
+    // Per-head rows [Hv, T, Dv] to the model's [T, Hv, Dv].
+    let to_steps = |per: Vec<f32>| -> Vec<f32> {
+        let mut out = vec![0f32; per.len()];
+        for h in 0..d.hv {
+            for t in 0..d.steps {
+                out[(t * d.hv + h) * d.dv..][..d.dv]
+                    .copy_from_slice(&per[h * per_head + t * d.dv..][..d.dv]);
+            }
+        }
+        out
+    };
+    (to_steps(y), delta.map(to_steps))
+}
+
+/// The state after the first `steps` recorded steps, from the state before
+/// them: S[r] <- g S[r]; S[r] <- S[r] + d k, exactly as [`record`] did.
+pub fn replay(state: &mut [f32], k: &[f32], g: &[f32], delta: &[f32], d: Dims, steps: usize) {
+    for (h, head_state) in state.chunks_exact_mut(d.dv * d.dk).enumerate() {
+        let kh = h / (d.hv / d.hk);
+        for t in 0..steps {
+            let key = &k[(t * d.hk + kh) * d.dk..][..d.dk];
+            let gate = g[t * d.hv + h];
+            for (r, row) in head_state.chunks_exact_mut(d.dk).enumerate() {
+                for s in row.iter_mut() {
+                    *s *= gate;
+                }
+                let step = delta[(t * d.hv + h) * d.dv + r];
+                for (s, kk) in row.iter_mut().zip(key) {
+                    *s += kk * step;
+                }
+            }
+        }
+    }
+}
+
+/// [`record`] for MLX arrays of one batch row (shapes as in
+/// `gated_delta::recurrence`, B = 1): y, the new state, and the deltas
+/// when `record`; all f32.
+pub fn record_arrays(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    g: &Array,
+    beta: &Array,
+    state: &Array,
+    record_tape: bool,
+) -> Result<(Array, Array, Option<Array>)> {
+    let (ks, vs) = (k.shape(), v.shape());
+    let d = Dims {
+        steps: ks[1] as usize,
+        hk: ks[2] as usize,
+        hv: vs[2] as usize,
+        dk: ks[3] as usize,
+        dv: vs[3] as usize,
+    };
+    let (qh, kh, vh) = (host_f32(q)?, host_f32(k)?, host_f32(v)?);
+    let (gh, bh) = (host_f32(g)?, host_f32(beta)?);
+    let mut s = host_f32(state)?;
+    let inputs = Inputs {
+        q: &qh,
+        k: &kh,
+        v: &vh,
+        g: &gh,
+        beta: &bh,
+    };
+    let (y, delta) = record(inputs, &mut s, d, record_tape);
+    let steps = [1, d.steps as i32, d.hv as i32, d.dv as i32];
+    Ok((
+        Array::from_slice(&y, &steps),
+        Array::from_slice(&s, state.shape()),
+        delta.map(|delta| Array::from_slice(&delta, &steps)),
+    ))
+}
+
+/// [`replay`] for MLX arrays: the state after `steps` of the tape.
+pub fn replay_arrays(
+    state: &Array,
+    k: &Array,
+    g: &Array,
+    delta: &Array,
+    steps: i32,
+) -> Result<Array> {
+    let (ks, ds) = (k.shape(), delta.shape());
+    let d = Dims {
+        steps: ks[1] as usize,
+        hk: ks[2] as usize,
+        hv: ds[2] as usize,
+        dk: ks[3] as usize,
+        dv: ds[3] as usize,
+    };
+    let mut s = host_f32(state)?;
+    replay(
+        &mut s,
+        &host_f32(k)?,
+        &host_f32(g)?,
+        &host_f32(delta)?,
+        d,
+        steps as usize,
+    );
+    Ok(Array::from_slice(&s, state.shape()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, salt: f32, scale: f32) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i as f32 + salt) * 0.618_034).sin() * scale)
+            .collect()
+    }
+
+    const D: Dims = Dims {
+        steps: 16,
+        hk: 2,
+        hv: 4,
+        dk: 32,
+        dv: 24,
+    };
+
+    fn inputs(d: Dims) -> [Vec<f32>; 5] {
+        let gate: Vec<f32> = values(d.steps * d.hv, 4.0, 0.1)
+            .iter()
+            .map(|x| 0.9 + x)
+            .collect();
+        let beta: Vec<f32> = values(d.steps * d.hv, 5.0, 0.4)
+            .iter()
+            .map(|x| 0.5 + x)
+            .collect();
+        [
+            values(d.steps * d.hk * d.dk, 1.0, 0.3),
+            values(d.steps * d.hk * d.dk, 2.0, 0.3),
+            values(d.steps * d.hv * d.dv, 3.0, 1.0),
+            gate,
+            beta,
+        ]
+    }
+
+    fn step_slice(x: &[f32], per_step: usize, t: usize) -> &[f32] {
+        &x[t * per_step..(t + 1) * per_step]
+    }
+
+    /// T steps at once equal T one-step calls bit for bit (y, state and
+    /// the deltas), and the replay of any prefix reaches the state those
+    /// steps reached.
+    #[test]
+    fn a_block_equals_its_steps_and_replay_equals_the_prefix() {
+        let [q, k, v, g, beta] = inputs(D);
+        let start = values(D.hv * D.dv * D.dk, 9.0, 0.2);
+        let mut block_state = start.clone();
+        let all = Inputs {
+            q: &q,
+            k: &k,
+            v: &v,
+            g: &g,
+            beta: &beta,
+        };
+        let (y, delta) = record(all, &mut block_state, D, true);
+        let delta = delta.unwrap();
+
+        let one = Dims { steps: 1, ..D };
+        let mut state = start.clone();
+        let mut states = vec![start.clone()];
+        for t in 0..D.steps {
+            let (qk, vd, h) = (D.hk * D.dk, D.hv * D.dv, D.hv);
+            let step = Inputs {
+                q: step_slice(&q, qk, t),
+                k: step_slice(&k, qk, t),
+                v: step_slice(&v, vd, t),
+                g: step_slice(&g, h, t),
+                beta: step_slice(&beta, h, t),
+            };
+            let (y1, d1) = record(step, &mut state, one, true);
+            assert_eq!(y1, step_slice(&y, vd, t), "y at step {t}");
+            assert_eq!(d1.unwrap(), step_slice(&delta, vd, t), "delta at step {t}");
+            states.push(state.clone());
+        }
+        assert_eq!(state, block_state);
+        for kept in [0, 1, 7, 15, 16] {
+            let mut replayed = start.clone();
+            replay(&mut replayed, &k, &g, &delta, D, kept);
+            assert_eq!(replayed, states[kept], "replay of {kept} steps");
+        }
+    }
+
+    /// The recurrence as written in docs/dflash.md, in f64, agrees.
+    #[test]
+    fn it_computes_the_recurrence() {
+        let [q, k, v, g, beta] = inputs(D);
+        let mut state = vec![0f32; D.hv * D.dv * D.dk];
+        let all = Inputs {
+            q: &q,
+            k: &k,
+            v: &v,
+            g: &g,
+            beta: &beta,
+        };
+        let (y, _) = record(all, &mut state, D, false);
+        let mut s = vec![0f64; D.hv * D.dv * D.dk];
+        for t in 0..D.steps {
+            for h in 0..D.hv {
+                let kh = h / (D.hv / D.hk);
+                let key = &k[(t * D.hk + kh) * D.dk..][..D.dk];
+                let query = &q[(t * D.hk + kh) * D.dk..][..D.dk];
+                for r in 0..D.dv {
+                    let row = &mut s[(h * D.dv + r) * D.dk..][..D.dk];
+                    row.iter_mut().for_each(|x| *x *= g[t * D.hv + h] as f64);
+                    let kv: f64 = row.iter().zip(key).map(|(a, b)| a * *b as f64).sum();
+                    let step =
+                        (v[(t * D.hv + h) * D.dv + r] as f64 - kv) * beta[t * D.hv + h] as f64;
+                    row.iter_mut()
+                        .zip(key)
+                        .for_each(|(x, kk)| *x += *kk as f64 * step);
+                    let want: f64 = row.iter().zip(query).map(|(a, b)| a * *b as f64).sum();
+                    let got = y[(t * D.hv + h) * D.dv + r] as f64;
+                    assert!(
+                        (got - want).abs() < 1e-4,
+                        "t {t} h {h} r {r}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
