@@ -25,6 +25,20 @@ pub struct Dims {
     pub dv: usize,
 }
 
+impl Dims {
+    /// From keys `[1, T, Hk, Dk]` and anything shaped per value `[1, T, Hv, Dv]`.
+    fn of(k: &Array, per_value: &Array) -> Self {
+        let (ks, vs) = (k.shape(), per_value.shape());
+        Dims {
+            steps: ks[1] as usize,
+            hk: ks[2] as usize,
+            hv: vs[2] as usize,
+            dk: ks[3] as usize,
+            dv: vs[3] as usize,
+        }
+    }
+}
+
 /// One step range's inputs, row-major: q, k `[T, Hk, Dk]`; v `[T, Hv, Dv]`;
 /// g, beta `[T, Hv]`.
 #[derive(Clone, Copy)]
@@ -149,14 +163,7 @@ pub fn record_arrays(
     state: &Array,
     record_tape: bool,
 ) -> Result<(Array, Array, Option<Array>)> {
-    let (ks, vs) = (k.shape(), v.shape());
-    let d = Dims {
-        steps: ks[1] as usize,
-        hk: ks[2] as usize,
-        hv: vs[2] as usize,
-        dk: ks[3] as usize,
-        dv: vs[3] as usize,
-    };
+    let d = Dims::of(k, v);
     let (qh, kh, vh) = (host_f32(q)?, host_f32(k)?, host_f32(v)?);
     let (gh, bh) = (host_f32(g)?, host_f32(beta)?);
     let mut s = host_f32(state)?;
@@ -184,14 +191,7 @@ pub fn replay_arrays(
     delta: &Array,
     steps: i32,
 ) -> Result<Array> {
-    let (ks, ds) = (k.shape(), delta.shape());
-    let d = Dims {
-        steps: ks[1] as usize,
-        hk: ks[2] as usize,
-        hv: ds[2] as usize,
-        dk: ks[3] as usize,
-        dv: ds[3] as usize,
-    };
+    let d = Dims::of(k, delta);
     let mut s = host_f32(state)?;
     replay(
         &mut s,
