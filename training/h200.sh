@@ -11,11 +11,14 @@
 #        batch is kept in $work/distill.env for the trainers' cache check
 #        (DISTILL_SETTINGS="graphs cudnn batch sync;...", DISTILL_PROBE_SECONDS and DISTILL_RATE_ARGS
 #        change what is tried, e.g. for a dry run on the CPU)
-#   bash training/h200.sh distill-shards SECONDS N [BATCH]
-#        the same in N processes side by side on the one GPU (each a shard
-#        with its own random streams, batch BATCH, default 32, each step
-#        evaluated before the next): the decode steps of this small target
-#        are bound by launches and host work, so processes overlap
+#   bash training/h200.sh distill-shards SECONDS SPEC...
+#        the same in one process per SPEC side by side on the one GPU (each a
+#        shard with its own random streams, each step evaluated before the
+#        next; SPEC is the batch, BATCH:nographs with CUDA graphs off; shards
+#        are numbered from FIRST_SHARD, default 0, so a later call can add
+#        more): the decode steps of this small target are bound by launches
+#        and host work, so processes overlap. The trainers read the
+#        unsharded sequences.npz and every shard.
 #   bash training/h200.sh drafters SECONDS SHAPE...
 #        step 2 for several drafter shapes at once on one GPU: the target's
 #        continuations are generated once, then one trainer per SHAPE
@@ -71,20 +74,31 @@ case $step in
       2>&1 | tee "$work/distill.log" "$OUT/distill.log"
     ;;
   distill-shards)
-    deadline=$(( $(date +%s) + $1 )) shards=$2 batch=${3:-32}
-    pids=()
-    for ((k = 0; k < shards; k++)); do
-      python3 training/train_drafter.py "$work" --distill-only --distill-sync --distill-batch "$batch" \
-        --shards "$shards" --shard "$k" --deadline "$deadline" ${FLASHBAR_TRAIN_ARGS:-} \
+    # distill-shards SECONDS SPEC...: one process per SPEC, shard K = FIRST_SHARD + its
+    # index; SPEC is a batch, `BATCH:nographs` runs it with CUDA graphs off.
+    deadline=$(( $(date +%s) + $1 )); shift
+    first=${FIRST_SHARD:-0}
+    # The prompts once, before the processes that read them start.
+    python3 training/train_drafter.py "$work" --corpus-only ${FLASHBAR_TRAIN_ARGS:-}
+    pids=() k=$first
+    for spec in "$@"; do
+      batch=${spec%%:*} graphs=1
+      [ "$spec" != "${spec%:nographs}" ] && graphs=0
+      MLX_USE_CUDA_GRAPHS=$graphs python3 training/train_drafter.py "$work" --distill-only --distill-sync \
+        --distill-batch "$batch" --shard "$k" --deadline "$deadline" ${FLASHBAR_TRAIN_ARGS:-} \
         > "$work/distill-$k.log" 2>&1 &
-      pids+=($!)
+      pids+=($!) k=$((k + 1))
     done
-    status=0
-    for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-    for ((k = 0; k < shards; k++)); do echo "== shard $k"; grep -v '^distill: batch' "$work/distill-$k.log" | tail -3; done
+    failed=0
+    for pid in "${pids[@]}"; do wait "$pid" || failed=$((failed + 1)); done
+    specs=("$@")
+    for i in "${!specs[@]}"; do
+      echo "== shard $((first + i)) (${specs[$i]})"
+      grep -v '^distill: batch' "$work/distill-$((first + i)).log" | tail -3
+    done
     cat "$work"/distill-*.log > "$OUT/distill.log"
-    printf 'DISTILL_BATCH=%s\nSHARDS=%s\n' "$batch" "$shards" > "$work/distill.env"
-    exit $status
+    # A shard that failed leaves no file; the others are kept and read.
+    [ "$failed" -lt $# ] || { echo "every shard failed" >&2; exit 1; }
     ;;
   drafters)
     deadline=$(( $(date +%s) + $1 )); shift
@@ -92,7 +106,7 @@ case $step in
     if [ -f "$work/distill.env" ]; then
       # shellcheck disable=SC1091
       . "$work/distill.env"
-      distill_batch=(--distill-batch "$DISTILL_BATCH" --shards "${SHARDS:-1}")
+      distill_batch=(--distill-batch "$DISTILL_BATCH")
     fi
     python3 training/train_drafter.py "$work" --distill-only "${distill_batch[@]}" ${FLASHBAR_TRAIN_ARGS:-} 2>&1 | tee -a "$work/distill.log"
     pids=() names=()

@@ -193,34 +193,46 @@ def accept_lengths(logits: mx.array, labels: mx.array) -> mx.array:
     return mx.sum(mx.cumprod(hits, axis=-1), axis=-1) + 1
 
 
+# The settings that define a distilled sequence; a cache made with others is
+# not read (the batch and the sync mode are recorded, not compared: they only
+# change how the same distribution is generated).
+DEFINING = ("seed", "prompt", "generate", "sampled_fraction", "temperature", "smoke", "target")
+
+
 def load_sequences(args, target, stream, rng, target_dir: Path, deadline: float) -> np.ndarray:
-    """The distilled sequences: read from the cache when it was made with
-    the same settings (its first --sequences rows, or all it holds if a
-    deadline cut it short), else generated until --sequences or the deadline
-    (and saved there). With --shards N, --distill-only --shard K writes
-    shard K (its own random streams, so N processes can share one GPU) and
-    a run without --shard reads all N shards, in order."""
+    """The distilled sequences. A trainer reads every cache in OUT made with
+    the same defining settings: sequences.npz (one process's distillation,
+    streams from --seed), then sequences-shard-K.npz in order of K (shard K
+    draws from its own streams [seed, K], so shards never repeat each other or
+    the unsharded cache, and a later call can add shards). With nothing
+    cached it distills (until --sequences or the deadline) into
+    sequences.npz. `--distill-only --shard K` writes shard K."""
     meta = {"seed": args.seed, "prompt": args.prompt, "generate": args.generate,
             "sampled_fraction": args.sampled_fraction, "distill_batch": args.distill_batch,
-            "temperature": SAMPLING_TEMPERATURE, "smoke": args.smoke,
+            "sync": args.distill_sync, "temperature": SAMPLING_TEMPERATURE, "smoke": args.smoke,
             "target": common.sha256(next(iter(sorted(target_dir.glob("model*.safetensors")))))}
-    if args.shards > 1 and args.shard is None:
-        parts = [read_cache(args.out / f"sequences-{k}-of-{args.shards}.npz",
-                            dict(meta, shard=k, shards=args.shards), args.sequences)
-                 for k in range(args.shards)]
-        missing = [k for k, part in enumerate(parts) if part is None]
-        if missing:
-            sys.exit(f"no distilled shard {missing} of {args.shards} with these settings in {args.out}: "
-                     f"run --distill-only --shard K for each")
-        return np.concatenate(parts)[:args.sequences]
-    cache = args.out / "sequences.npz"
-    if args.shard is not None:
-        meta.update(shard=args.shard, shards=args.shards)
-        cache = args.out / f"sequences-{args.shard}-of-{args.shards}.npz"
-        rng = np.random.default_rng([args.seed, args.shard])
-        mx.random.seed(args.seed * 1000 + args.shard)
+    if args.shard is None:
+        parts = [(path, read_cache(path, meta, args.sequences)) for path in cache_files(args.out)]
+        parts = [(path, part) for path, part in parts if part is not None]
+        if parts:
+            for path, part in parts:
+                print(f"{path.name}: {len(part)} sequences", flush=True)
+            args.sources = {path.name: len(part) for path, part in parts}
+            sequences = np.concatenate([part for _, part in parts])
+            repeats = len(sequences) - len(np.unique(sequences[:, :args.prompt], axis=0))
+            if repeats > len(sequences) // 100:
+                sys.exit(f"{repeats} of the {len(sequences)} cached prompts repeat: "
+                         f"two caches were drawn from the same stream")
+            return sequences
+        cache = args.out / "sequences.npz"
+    else:
+        meta["shard"] = args.shard
+        cache = args.out / f"sequences-shard-{args.shard}.npz"
+        rng = np.random.default_rng(shard_entropy(args.seed, args.shard))
+        mx.random.seed(args.seed * 1000 + 1 + args.shard)
     cached = read_cache(cache, meta, args.sequences)
     if cached is not None:
+        args.sources = {cache.name: len(cached)}
         return cached
     began = time.time()
     sequences = distill(target, stream, args.sequences, args.prompt, args.generate,
@@ -229,18 +241,34 @@ def load_sequences(args, target, stream, rng, target_dir: Path, deadline: float)
           f"{time.time() - began:.1f} s", flush=True)
     meta["cut_by_deadline"] = len(sequences) < args.sequences
     np.savez(cache, sequences=sequences, meta=json.dumps(meta))
+    args.sources = {cache.name: len(sequences)}
     return sequences
 
 
+def shard_entropy(seed: int, shard: int) -> list[int]:
+    """Shard K's window stream. Not [seed, K]: numpy's SeedSequence drops
+    trailing zero words, so [seed, 0] would repeat the unsharded stream of
+    `seed`; the middle word keeps every shard's entropy distinct."""
+    return [seed, 0x5EED, shard]
+
+
+def cache_files(out: Path) -> list[Path]:
+    """sequences.npz, then the shards in order of their number."""
+    shards = sorted(out.glob("sequences-shard-*.npz"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    return [p for p in [out / "sequences.npz"] if p.exists()] + shards
+
+
 def read_cache(path: Path, meta: dict, count: int) -> np.ndarray | None:
-    """The first `count` sequences of a distillation cache made with `meta`
-    (all of them if its deadline cut it short), or None."""
+    """The first `count` sequences of a distillation cache made with the
+    defining settings of `meta` (all of them if its deadline cut it short),
+    or None."""
     if not path.exists():
         return None
     saved = np.load(path, allow_pickle=False)
     made = json.loads(str(saved["meta"]))
-    cut = made.pop("cut_by_deadline", False)
-    if made != meta or not (cut or len(saved["sequences"]) >= count):
+    cut = made.get("cut_by_deadline", False)
+    same = all(made.get(key) == meta.get(key) for key in DEFINING)
+    if not same or not (cut or len(saved["sequences"]) >= count):
         return None
     if len(saved["sequences"]) < count:
         print(f"using the {len(saved['sequences'])} sequences of {path.name} "
@@ -266,11 +294,12 @@ def main():
     parser.add_argument("--distill-batch", type=int, default=512)
     parser.add_argument("--distill-sync", action="store_true",
                         help="evaluate each generation step before the next (no async_eval)")
-    parser.add_argument("--shards", type=int, default=1,
-                        help="the distillation is split in this many shards (one process each)")
-    parser.add_argument("--shard", type=int, help="with --distill-only: the shard this process writes")
+    parser.add_argument("--shard", type=int,
+                        help="with --distill-only: write OUT/sequences-shard-K.npz (its own random streams)")
     parser.add_argument("--distill-only", action="store_true",
-                        help="write OUT/sequences.npz and stop")
+                        help="write OUT/sequences.npz (or a shard) and stop")
+    parser.add_argument("--corpus-only", action="store_true",
+                        help="write OUT/corpus.npz (the distillation's prompts) and stop")
     parser.add_argument("--steps", type=int, default=0, help="0: as many as fit --max-minutes")
     parser.add_argument("--stop-at-step", type=int, default=0,
                         help="stop after this step of a --steps schedule (repeats a run a deadline cut)")
@@ -312,6 +341,8 @@ def main():
     if not (args.out / "corpus.npz").exists():
         # Step 1 ran elsewhere: prompts from this Python's corpus packages.
         common.write_token_stream(tokenizer, args.out / "corpus.npz", 2e6 if args.smoke else 20e6)
+    if args.corpus_only:
+        return
     corpus = np.load(args.out / "corpus.npz")
     stream = np.concatenate([corpus["train"], corpus["valid"]])
     if args.teacher_forced:
@@ -429,6 +460,7 @@ def main():
                    if target_dir.resolve().is_relative_to(common.ROOT) else str(target_dir))
     report = {"seed": args.seed, "target": target_name, "layers": args.layers, "taps": taps_ids,
               "sequences": int(len(sequences)), "held_out": held,
+              "sequence_files": getattr(args, "sources", None),
               "sampled_fraction": args.sampled_fraction, "sampling_temperature": SAMPLING_TEMPERATURE,
               "prompt": args.prompt, "generate": args.generate,
               "teacher_forced": args.teacher_forced, "steps_planned": args.steps,
