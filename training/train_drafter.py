@@ -42,6 +42,7 @@ from dflash import model_mlx as zlab
 
 
 SAMPLING_TEMPERATURE = 0.7
+HELD_OUT = 1024
 
 
 def is_sampled(index: int, fraction: float) -> bool:
@@ -212,7 +213,7 @@ def load_sequences(args, target, stream, rng, target_dir: Path, deadline: float)
             "sync": args.distill_sync, "temperature": SAMPLING_TEMPERATURE, "smoke": args.smoke,
             "target": common.sha256(next(iter(sorted(target_dir.glob("model*.safetensors")))))}
     if args.shard is None:
-        parts = [(path, read_cache(path, meta, args.sequences)) for path in cache_files(args.out)]
+        parts = [(path, read_cache(path, meta, args.sequences, whole=True)) for path in cache_files(args.out)]
         parts = [(path, part) for path, part in parts if part is not None]
         if parts:
             for path, part in parts:
@@ -258,19 +259,20 @@ def cache_files(out: Path) -> list[Path]:
     return [p for p in [out / "sequences.npz"] if p.exists()] + shards
 
 
-def read_cache(path: Path, meta: dict, count: int) -> np.ndarray | None:
+def read_cache(path: Path, meta: dict, count: int, whole: bool = False) -> np.ndarray | None:
     """The first `count` sequences of a distillation cache made with the
-    defining settings of `meta` (all of them if its deadline cut it short),
-    or None."""
+    defining settings of `meta`, or None. A cache holding fewer is read whole
+    if its deadline cut it short or `whole` (a trainer reading every cache),
+    else it is None (a distillation asked for more)."""
     if not path.exists():
         return None
     saved = np.load(path, allow_pickle=False)
     made = json.loads(str(saved["meta"]))
     cut = made.get("cut_by_deadline", False)
     same = all(made.get(key) == meta.get(key) for key in DEFINING)
-    if not same or not (cut or len(saved["sequences"]) >= count):
+    if not same or not (cut or whole or len(saved["sequences"]) >= count):
         return None
-    if len(saved["sequences"]) < count:
+    if len(saved["sequences"]) < count and not whole:
         print(f"using the {len(saved['sequences'])} sequences of {path.name} "
               f"(the distillation stopped at its deadline)", flush=True)
     return saved["sequences"][:count]
@@ -286,7 +288,8 @@ def main():
                         help="the target layers the drafter reads, comma-separated")
     parser.add_argument("--tag", default="", help="write OUT/drafter-TAG and OUT/train_drafter-TAG.json")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sequences", type=int, default=8192)
+    parser.add_argument("--sequences", type=int, default=8192,
+                        help="sequences to distill; a trainer reads at most this many of each cache")
     parser.add_argument("--sampled-fraction", type=float, default=0.125,
                         help="share of the sequences generated at temperature 0.7 instead of greedy")
     parser.add_argument("--prompt", type=int, default=64)
@@ -362,7 +365,8 @@ def main():
     if not args.teacher_forced:
         labels_all = mx.array(sequences)  # the generated part is the target's own path
     print(f"taps {taps.shape} in {time.time() - started:.0f} s", flush=True)
-    held = max(2, len(sequences) // 20)
+    # The first 5% are held out, at most HELD_OUT rows (an evaluation's cost).
+    held = min(HELD_OUT, max(2, len(sequences) // 20))
     tokens_all = mx.array(sequences)
 
     inner = target.language_model.model
