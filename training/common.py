@@ -235,12 +235,15 @@ def plan_steps(run_step, budget_seconds: float, cap: int = 100_000) -> int:
     warm up, then the mean of ten timed ones."""
     import time
 
+    began = time.time()
     for _ in range(3):
         run_step()
+    print(f"3 warm-up steps (compiling) in {time.time() - began:.1f} s", flush=True)
     start = time.time()
     for _ in range(10):
         run_step()
     per_step = (time.time() - start) / 10
+    budget_seconds -= time.time() - began  # the probe's own time is spent
     steps = int(max(10, min(cap, budget_seconds / per_step)))
     print(f"{per_step * 1e3:.1f} ms a step: planning {steps} steps", flush=True)
     return steps

@@ -101,3 +101,35 @@ def test_distillation_is_greedy_and_a_deadline_cut_is_a_prefix():
             tokens.append(mx.argmax(logits[0, -1]).item())
             logits = model(mx.array([[tokens[-1]]]), cache=cache)
         assert tokens == list(row)
+
+
+def test_every_distillation_cache_is_read_and_shards_never_repeat_a_stream(tmp_path):
+    import json
+
+    import numpy as np
+    from train_drafter import DEFINING, cache_files, read_cache, shard_entropy
+
+    def windows(entropy):
+        return np.random.default_rng(entropy).integers(0, 1 << 30, 64)
+
+    # numpy's SeedSequence drops trailing zero words: [seed, 0] is seed's own stream.
+    assert (windows([0, 0]) == windows(0)).all()
+    streams = [windows(0)] + [windows(shard_entropy(0, k)) for k in range(4)]
+    assert len({tuple(s) for s in streams}) == len(streams)
+
+    meta = {key: 1 for key in DEFINING}
+    for name, rows, cut in [("sequences.npz", 5, True), ("sequences-shard-10.npz", 3, False),
+                            ("sequences-shard-2.npz", 4, False)]:
+        made = dict(meta, distill_batch=rows, cut_by_deadline=cut)  # batch: recorded, not compared
+        np.savez(tmp_path / name, sequences=np.full((rows, 8), rows, np.int32), meta=json.dumps(made))
+    np.savez(tmp_path / "sequences-shard-3.npz", sequences=np.zeros((9, 8), np.int32),
+             meta=json.dumps(dict(meta, seed=2)))  # another seed: never read
+    paths = cache_files(tmp_path)
+    assert [p.name for p in paths] == ["sequences.npz", "sequences-shard-2.npz",
+                                       "sequences-shard-3.npz", "sequences-shard-10.npz"]
+    read = [read_cache(p, dict(meta, distill_batch=32), 100, whole=True) for p in paths]
+    assert [None if r is None else len(r) for r in read] == [5, 4, None, 3]
+    # A distillation asking for more than a complete cache holds makes more.
+    assert read_cache(paths[1], meta, 100) is None
+    assert len(read_cache(paths[0], meta, 100)) == 5  # cut by its deadline: all it has
+    assert len(read_cache(paths[1], meta, 2)) == 2
