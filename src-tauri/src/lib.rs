@@ -7,13 +7,15 @@
 //! Folders: [`engine`] (background load, the pair to load), [`chat`],
 //! [`models`] (catalogue, downloads, local store, the doctor's verdict),
 //! [`server`] (the local endpoint switch), [`settings`], [`history`] (the
-//! saved conversations), [`shell`] (tray, window, macOS specifics);
+//! saved conversations), [`logs`] (the log file), [`shell`] (tray, window,
+//! macOS specifics);
 //! [`atomic`] writes the settings and history files crash-safely.
 
 mod atomic;
 mod chat;
 mod engine;
 mod history;
+mod logs;
 mod models;
 mod server;
 mod settings;
@@ -70,15 +72,19 @@ pub fn run() {
             None,
         ))
         .plugin(tauri_plugin_positioner::init())
+        .plugin(tauri_plugin_opener::init())
         .manage(Started(started))
         .manage(engine::EngineHandle::default())
         .manage(chat::Jobs::default())
         .manage(models::Downloads::default())
         .manage(server::ServerHandle::default())
+        .manage(server::log::ServerLog::default())
         .manage(settings::SettingsHandle::default())
         .invoke_handler(tauri::generate_handler![
             backend_info,
             ui_ready,
+            logs::logs_folder,
+            logs::logs_open,
             engine::engine_status,
             models::models_check,
             models::models_pair_check,
@@ -91,14 +97,16 @@ pub fn run() {
             chat::chat_send,
             chat::chat_stop,
             server::server_status,
+            server::log::server_log,
             settings::settings_get,
             settings::settings_set,
             history::history_load,
             history::history_save,
         ])
         .setup(|app| {
-            shell::menu_bar_only(app);
             let handle = app.handle().clone();
+            app.manage(logs::init(&handle));
+            shell::menu_bar_only(app);
             // Where an installed app carries the default pair (docs/bundle.md).
             if let Ok(dir) = app.path().resource_dir() {
                 engine::pair::set_resource_dir(dir);
@@ -106,7 +114,7 @@ pub fn run() {
             let settings = settings::load(&handle);
             let pair = engine::pair::resolve(&settings.target, &settings.drafter).unwrap_or_else(
                 |error| {
-                    eprintln!("flashbar-app: {error}; loading the default pair");
+                    tracing::warn!("{error}; loading the default pair");
                     engine::pair::default_pair()
                 },
             );

@@ -4,11 +4,13 @@
 // local server switch starts an endpoint that answers over HTTP, whose
 // rounds reach the chart too; the Models view downloads a pair from the
 // local test hub (run.sh), with a moving progress bar, cancel and resume,
-// and loads it. Every view is saved as a screenshot in $E2E_SCREENSHOTS,
+// and loads it; the log folder Settings names holds a log file that the
+// server's request line grows, and the Server panel shows that line. Every
+// view is saved as a screenshot in $E2E_SCREENSHOTS,
 // in light mode (dark.test.mjs takes the dark ones).
 import { By, until } from "selenium-webdriver";
 import assert from "node:assert/strict";
-import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -112,16 +114,43 @@ test("the local server switch serves the app's model over HTTP", async () => {
   );
   const address = await status.getAttribute("data-address");
   assert.equal(address, `http://127.0.0.1:${port}`);
+  // The log folder Settings names holds the app's log (docs/logging.md).
+  const logDir = await driver.findElement(byTest("log-path")).getText();
+  const readLogs = async () => {
+    let text = "";
+    for (const name of await readdir(logDir)) {
+      if (/^flashbar\..*log$/.test(name)) text += await readFile(path.join(logDir, name), "utf8");
+    }
+    return text;
+  };
+  const logged = (await readLogs()).length;
+  assert.ok(logged > 0, `no log file in ${logDir}`);
+  const prompt = "tell me about zebras";
   const response = await fetch(`${address}/v1/chat/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify({ messages: [{ role: "user", content: "hello" }], max_tokens: 8 }),
+    body: JSON.stringify({ messages: [{ role: "user", content: prompt }], max_tokens: 8 }),
   });
   assert.equal(response.status, 200);
   const body = await response.json();
   assert.equal(body.object, "chat.completion");
   assert.ok(body.usage.completion_tokens > 0, JSON.stringify(body.usage));
   await shot("settings-server-on");
+  // One line for the request in the Server panel and in the log file, no prompt text in either.
+  await tab("server");
+  const line = await driver.wait(async () => {
+    for (const item of await driver.findElements(By.css('[data-testid="server-lines"] li'))) {
+      const text = await item.getText();
+      if (text.startsWith("POST /v1/chat/completions 200")) return text;
+    }
+    return false;
+  }, WAIT, "the request is not in the Server panel");
+  assert.match(line, new RegExp(`completion_tokens=${body.usage.completion_tokens} `));
+  await shot("server");
+  await driver.wait(async () => (await readLogs()).includes("POST /v1/chat/completions 200"), WAIT, "the request line is not in the log file");
+  const log = await readLogs();
+  assert.ok(log.length > logged, "the log file did not grow");
+  assert.ok(!log.includes("zebras") && !line.includes("zebras"), "prompt text was logged");
   // The request's rounds reach the metrics chart like the chat's.
   await tab("metrics");
   const canvas = await driver.findElement(byTest("accept-chart"));

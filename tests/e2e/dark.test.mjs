@@ -64,6 +64,8 @@ test("every view in dark mode", async () => {
   await driver.findElement(byTest("choose-default")).click();
   await driver.wait(until.elementLocated(By.css('[data-testid="verdict"][data-ok="true"]')), 30_000);
   await shot("models");
+  await tab("server");
+  await shot("server");
   await tab("settings");
   await shot("settings");
   const blocked = await driver.executeScript("return document.documentElement.dataset.cspViolations ?? 0");

@@ -135,7 +135,21 @@ export interface DownloadState {
   error: string | null;
 }
 
-export type View = "chat" | "models" | "metrics" | "settings";
+export type View = "chat" | "models" | "metrics" | "server" | "settings";
+
+/** One local-server request, as the log has it (flashbar-server's RequestLine). */
+export interface RequestLine {
+  method: string;
+  path: string;
+  model: string | null;
+  status: number;
+  prompt_tokens: number | null;
+  completion_tokens: number | null;
+  speculation: "auto" | "off" | "dflash" | null;
+  mode: "ar" | "dflash" | null;
+  accepted_drafts: number | null;
+  ms: number;
+}
 
 export const api = {
   engineStatus: () => invoke<EngineStatus>("engine_status"),
@@ -144,7 +158,10 @@ export const api = {
   settingsGet: () => invoke<Settings>("settings_get"),
   settingsSet: (settings: Settings) => invoke<Settings>("settings_set", { settings }),
   serverStatus: () => invoke<ServerStatus>("server_status"),
+  serverLog: () => invoke<RequestLine[]>("server_log"),
   uiReady: () => invoke<void>("ui_ready"),
+  logsFolder: () => invoke<string>("logs_folder"),
+  logsOpen: () => invoke<void>("logs_open"),
   modelsCheck: (target: string, drafter: string) => invoke<Verdict>("models_check", { target, drafter }),
   modelsPairCheck: (pair: string) => invoke<Verdict>("models_pair_check", { pair }),
   modelsCatalogue: () => invoke<PairInfo[]>("models_catalogue"),
@@ -171,6 +188,7 @@ export const events = {
   done: on<DoneEvent>("chat:done"),
   error: on<ErrorEvent>("chat:error"),
   serverStatus: on<ServerStatus>("server:status"),
+  serverRequest: on<RequestLine>("server:request"),
   settingsChanged: on<Settings>("settings:changed"),
   navigate: on<View>("navigate"),
   download: on<DownloadState>("models:download"),

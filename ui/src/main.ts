@@ -1,5 +1,5 @@
-// The web UI's entry: a tab bar over the four views (Chat, Models, Metrics,
-// Settings), the engine's load progress, and the wiring of the app shell's
+// The web UI's entry: a tab bar over the five views (Chat, Models, Metrics,
+// Server, Settings), the engine's load progress, and the wiring of the app shell's
 // events to the views.
 import { api, errorText, events, type EngineStatus, type View } from "./api";
 import { openHistory, unsavedHistory } from "./chat/saved";
@@ -7,6 +7,7 @@ import { ChatView } from "./chat/view";
 import { el } from "./dom";
 import { MetricsView } from "./metrics/view";
 import { ModelsView } from "./models/view";
+import { ServerView } from "./server/view";
 import { SettingsView } from "./settings/view";
 import "highlight.js/styles/github.css";
 import "./style.css";
@@ -24,6 +25,7 @@ const TABS: [View, string][] = [
   ["chat", "Chat"],
   ["models", "Models"],
   ["metrics", "Metrics"],
+  ["server", "Server"],
   ["settings", "Settings"],
 ];
 
@@ -63,7 +65,8 @@ async function main(root: HTMLElement): Promise<void> {
   const models = new ModelsView();
   const metrics = new MetricsView();
   const settings = new SettingsView();
-  const views: Record<View, { root: HTMLElement }> = { chat, models, metrics, settings };
+  const server = new ServerView();
+  const views: Record<View, { root: HTMLElement }> = { chat, models, metrics, server, settings };
   const banner = el("div", { class: "engine", "data-testid": "engine-status" });
   const nav = el("nav", { role: "tablist" });
   const panel = el("main", { role: "tabpanel" });
@@ -92,15 +95,17 @@ async function main(root: HTMLElement): Promise<void> {
     events.error((e) => chat.handle({ kind: "error", e })),
     events.round((round) => metrics.push(round)),
     events.serverStatus((s) => settings.showServer(s)),
+    events.serverRequest((line) => server.push(line)),
     events.settingsChanged((s) => settings.show(s)),
     events.navigate((view) => select(view)),
     events.download((d) => models.onDownload(d)),
   ]);
-  const [status, saved, server] = await Promise.all([api.engineStatus(), api.settingsGet(), api.serverStatus()]);
+  const [status, saved, serverStatus] = await Promise.all([api.engineStatus(), api.settingsGet(), api.serverStatus()]);
   engineBanner(banner, status);
   models.showEngine(status);
   settings.show(saved);
-  settings.showServer(server);
+  settings.showServer(serverStatus);
+  await server.load();
   await api.uiReady();
 }
 

@@ -6,6 +6,7 @@ mod bench;
 mod catalogue_ids;
 mod doctor;
 mod generate;
+mod logging;
 mod models;
 mod models_cmd;
 mod pull;
@@ -22,6 +23,11 @@ use std::process::ExitCode;
     about = "Local LLMs, made faster with DFlash"
 )]
 struct Cli {
+    /// Log to stderr at this level (error, warn, info, debug, trace) or
+    /// filter (`info,flashbar_hub=debug`); default RUST_LOG, else warn.
+    /// `serve --log-level info` prints one line per request.
+    #[arg(long, global = true, value_name = "LEVEL")]
+    log_level: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -70,6 +76,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(error) = logging::init(cli.log_level.as_deref()) {
+        eprintln!("flashbar: {error}");
+        return ExitCode::from(2);
+    }
     let outcome = match cli.command {
         Command::Generate(args) => generate::run(args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => serve::run(args).map(|()| ExitCode::SUCCESS),

@@ -29,6 +29,23 @@ impl Engine {
     /// machine's memory budget is refused before any weight is read, and
     /// MLX's memory limit is set to that budget.
     pub fn load(target_dir: &Path, drafter_dir: Option<&Path>) -> Result<Self> {
+        let started = std::time::Instant::now();
+        let loaded = Self::load_pair(target_dir, drafter_dir);
+        match &loaded {
+            Ok(_) => tracing::info!(
+                target = %target_dir.display(),
+                drafter = %drafter_dir.map_or("none".into(), |d| d.display().to_string()),
+                ms = started.elapsed().as_millis() as u64,
+                "model loaded"
+            ),
+            Err(error) => {
+                tracing::warn!(target = %target_dir.display(), %error, "model not loaded")
+            }
+        }
+        loaded
+    }
+
+    fn load_pair(target_dir: &Path, drafter_dir: Option<&Path>) -> Result<Self> {
         let budget = flashbar_mlx::memory::budget();
         memory_guard::admit(target_dir, drafter_dir, &budget).map_err(EngineError::Memory)?;
         memory_guard::apply_limit(&budget).map_err(EngineError::Memory)?;
@@ -146,6 +163,7 @@ impl Engine {
         // runs on the device; wait for it, so the engine is idle for real
         // when this returns.
         flashbar_mlx::synchronize().map_err(mlx_error)?;
+        log_generation(request, &generation);
         generation
     }
 
@@ -189,4 +207,21 @@ impl Engine {
 
 pub(crate) fn mlx_error(error: impl std::fmt::Display) -> EngineError {
     EngineError::Mlx(mlx_rs::error::Exception::custom(error.to_string()))
+}
+
+/// A generation's summary in the log: counts and speeds, never its text.
+fn log_generation(request: &GenerateRequest, generation: &Result<Generation>) {
+    match generation {
+        Ok(g) => tracing::debug!(
+            speculation = ?request.speculation,
+            mode = ?g.stats.mode,
+            prompt_tokens = g.stats.prompt_tokens,
+            completion_tokens = g.stats.completion_tokens,
+            accepted = g.stats.accepted_tokens,
+            tokens_per_second = g.stats.tokens_per_second,
+            finish = ?g.finish_reason,
+            "generation done"
+        ),
+        Err(error) => tracing::debug!(%error, "generation failed"),
+    }
 }

@@ -61,6 +61,59 @@ pub struct PullProgress {
 /// Where a pull's events go.
 pub type EventSink<'a> = &'a (dyn Fn(&PullEvent) + Send + Sync);
 
+impl PullEvent {
+    /// Writes the event to the log (docs/logging.md): every event but the
+    /// byte counts, which only the progress bar shows.
+    pub fn log(&self) {
+        match self {
+            PullEvent::Resolved {
+                repo,
+                revision,
+                commit,
+                files,
+                total_bytes,
+                to_download_bytes,
+            } => {
+                tracing::info!(
+                    repo,
+                    revision,
+                    commit,
+                    files,
+                    total_bytes,
+                    to_download_bytes,
+                    "pull resolved"
+                );
+            }
+            PullEvent::FileStarted {
+                file,
+                size,
+                resumed_from,
+            } => {
+                tracing::debug!(file, size, resumed_from, "file started");
+            }
+            PullEvent::Progress(_) => {}
+            PullEvent::Retrying {
+                file,
+                attempt,
+                wait_ms,
+                reason,
+            } => {
+                tracing::warn!(file, attempt, wait_ms, reason, "retrying after a fault");
+            }
+            PullEvent::FileDone {
+                file,
+                size,
+                sha256_checked,
+            } => {
+                tracing::info!(file, size, sha256_checked, "file done");
+            }
+            PullEvent::Done { snapshot } => {
+                tracing::info!(snapshot = %snapshot.display(), "pull done");
+            }
+        }
+    }
+}
+
 /// Counts bytes and turns them into throttled progress events.
 pub(crate) struct Tracker<'a> {
     sink: EventSink<'a>,
@@ -85,6 +138,7 @@ impl<'a> Tracker<'a> {
     }
 
     pub fn emit(&self, event: PullEvent) {
+        event.log();
         (self.sink)(&event);
     }
 

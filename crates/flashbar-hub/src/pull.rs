@@ -261,12 +261,14 @@ where
             Err(HubError::Transient { context, detail }) if attempt < config.retry.max_retries => {
                 attempt += 1;
                 let wait = backoff(&config.retry, attempt);
-                on_event(&PullEvent::Retrying {
+                let event = PullEvent::Retrying {
                     file: String::new(),
                     attempt,
                     wait_ms: wait.as_millis() as u64,
                     reason: format!("{context}: {detail}"),
-                });
+                };
+                event.log();
+                on_event(&event);
                 pause(wait, cancel).await?;
             }
             other => return other,

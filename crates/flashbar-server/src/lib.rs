@@ -10,7 +10,7 @@
 //! (queue and engine thread), [`routes`], [`sse`], [`auth`], [`cors`],
 //! [`error`], [`server`] (start / stop), [`listen`] (connections),
 //! [`limits`] and [`body`] (what a client may cost), [`memory`] (MLX's
-//! counters for `/health`).
+//! counters for `/health`), [`request_log`] (one log line per request).
 
 pub mod api;
 pub mod auth;
@@ -21,6 +21,7 @@ pub mod error;
 pub mod limits;
 pub mod listen;
 pub mod memory;
+pub mod request_log;
 pub mod routes;
 pub mod server;
 pub mod sse;
@@ -28,6 +29,8 @@ pub mod worker;
 
 #[cfg(test)]
 mod hardening_tests;
+#[cfg(test)]
+mod request_log_tests;
 
 pub use error::ApiError;
 pub use limits::Limits;

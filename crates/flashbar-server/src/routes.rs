@@ -7,11 +7,12 @@ use crate::auth;
 use crate::convert::{self, ModelNames, Parsed};
 use crate::error::ApiError;
 use crate::limits::Limits;
+use crate::request_log::{self, LineSink, Record};
 use crate::server::ObserveRequests;
 use crate::worker::{CancelOnDrop, Event, Worker};
 use crate::{body, memory, sse};
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -35,6 +36,8 @@ pub struct AppState {
     pub limits: Limits,
     /// Makes an observer for each generation, if asked.
     pub observe: Option<ObserveRequests>,
+    /// Also gets each request's log line (the app's Server panel).
+    pub request_log: Option<LineSink>,
 }
 
 impl AppState {
@@ -44,15 +47,17 @@ impl AppState {
         model_id: String,
         limits: Limits,
     ) -> (Arc<AppState>, watch::Sender<bool>) {
-        Self::observed(worker, model_id, limits, None)
+        Self::observed(worker, model_id, limits, None, None)
     }
 
-    /// Same, with an observer for each request's generation.
+    /// Same, with an observer for each request's generation and a second
+    /// destination for the request lines.
     pub fn observed(
         worker: Arc<Worker>,
         model_id: String,
         limits: Limits,
         observe: Option<ObserveRequests>,
+        request_log: Option<LineSink>,
     ) -> (Arc<AppState>, watch::Sender<bool>) {
         let (cut_tx, cut) = watch::channel(false);
         let state = AppState {
@@ -62,6 +67,7 @@ impl AppState {
             cut,
             limits,
             observe,
+            request_log,
         };
         (Arc::new(state), cut_tx)
     }
@@ -87,8 +93,10 @@ fn new_id(prefix: &str) -> String {
 }
 
 /// The router; with `api_key`, the `/v1` routes require it (`/health`
-/// stays open: it says only whether the engine is busy).
+/// stays open: it says only whether the engine is busy). Every request,
+/// refused ones too, gets a line in the server log (`request_log`).
 pub fn router(state: Arc<AppState>, api_key: Option<Arc<str>>) -> Router {
+    let lines = state.request_log.clone();
     let mut v1 = Router::new()
         .route("/v1/models", get(list_models))
         .route("/v1/models/{id}", get(get_model))
@@ -103,6 +111,10 @@ pub fn router(state: Arc<AppState>, api_key: Option<Arc<str>>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            lines,
+            request_log::log_requests,
+        ))
 }
 
 fn model_object(state: &AppState) -> Value {
@@ -151,22 +163,24 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 
 async fn chat_completions(
     State(state): State<Arc<AppState>>,
+    record: Option<Extension<Record>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let body = convert::parse_json(&body::read(&headers, body, &state.limits).await?)?;
     let parsed = convert::chat(body, &state.names, state.worker.context_length())?;
-    answer(&state, parsed, Kind::Chat).await
+    answer(&state, parsed, Kind::Chat, record.map(|r| r.0)).await
 }
 
 async fn completions(
     State(state): State<Arc<AppState>>,
+    record: Option<Extension<Record>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let body = convert::parse_json(&body::read(&headers, body, &state.limits).await?)?;
     let parsed = convert::completion(body, &state.names, state.worker.context_length())?;
-    answer(&state, parsed, Kind::Text).await
+    answer(&state, parsed, Kind::Text, record.map(|r| r.0)).await
 }
 
 /// The response header telling how long the request waited for the engine
@@ -176,8 +190,16 @@ pub const QUEUE_WAIT_HEADER: &str = "x-flashbar-queue-wait-ms";
 /// Queues the generation, waits until it starts (so a refused request is
 /// still an HTTP error), then answers whole or as a stream. Dropping this
 /// future or the stream (client gone) cancels the generation.
-async fn answer(state: &AppState, parsed: Parsed, kind: Kind) -> Result<Response, ApiError> {
-    let mut response = start_answer(state, parsed, kind).await?;
+async fn answer(
+    state: &AppState,
+    parsed: Parsed,
+    kind: Kind,
+    record: Option<Record>,
+) -> Result<Response, ApiError> {
+    if let Some(record) = &record {
+        record.parsed(&parsed.model, parsed.request.speculation);
+    }
+    let mut response = start_answer(state, parsed, kind, record).await?;
     if let Ok(value) = HeaderValue::from_str(&response.1.to_string()) {
         response.0.headers_mut().insert(QUEUE_WAIT_HEADER, value);
     }
@@ -189,6 +211,7 @@ async fn start_answer(
     state: &AppState,
     parsed: Parsed,
     kind: Kind,
+    record: Option<Record>,
 ) -> Result<(Response, u128), ApiError> {
     let submitted = Instant::now();
     let cancel = CancelToken::default();
@@ -225,6 +248,7 @@ async fn start_answer(
             guard,
             parsed.include_usage,
             state.cut.clone(),
+            record,
         );
         return Ok((stream, waited));
     }
@@ -238,6 +262,9 @@ async fn start_answer(
             Event::Started { .. } | Event::Text(_) => {}
             Event::Failed(error) => return Err(error),
             Event::Done(outcome) => {
+                if let Some(record) = &record {
+                    record.done(&outcome);
+                }
                 let body = match kind {
                     Kind::Chat => api::chat_completion(&head, &outcome),
                     Kind::Text => api::text_completion(&head, &outcome),

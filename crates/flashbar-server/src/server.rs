@@ -30,6 +30,8 @@ pub struct ServerOptions {
     pub limits: Limits,
     /// Sees every request's tokens and rounds (the desktop app's metrics).
     pub observe: Option<ObserveRequests>,
+    /// Gets every request's log line as well as the log (the app's Server panel).
+    pub request_log: Option<crate::request_log::LineSink>,
 }
 
 /// Makes an [`Observer`] for each request's generation.
@@ -51,6 +53,7 @@ impl Default for ServerOptions {
             shutdown_grace: Duration::from_secs(5),
             limits: Limits::default(),
             observe: None,
+            request_log: None,
         }
     }
 }
@@ -90,6 +93,7 @@ impl Server {
             model_id.into(),
             options.limits.clone(),
             options.observe.clone(),
+            options.request_log.clone(),
         );
         let mut app = routes::router(state, options.api_key.as_deref().map(Arc::from));
         if !options.cors_origins.is_empty() {

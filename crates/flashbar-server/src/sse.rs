@@ -4,6 +4,7 @@
 //! stream (client gone) cancels the generation through its guard.
 
 use crate::api::{self, Head, Kind};
+use crate::request_log::Record;
 use crate::worker::{CancelOnDrop, Event};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
@@ -23,6 +24,7 @@ struct State {
     pending: VecDeque<SseEvent>,
     finished: bool,
     cut: watch::Receiver<bool>,
+    record: Option<Record>,
 }
 
 fn data(value: serde_json::Value) -> SseEvent {
@@ -37,6 +39,7 @@ pub fn respond(
     guard: CancelOnDrop,
     include_usage: bool,
     cut: watch::Receiver<bool>,
+    record: Option<Record>,
 ) -> Response {
     let mut pending = VecDeque::new();
     if kind == Kind::Chat {
@@ -51,6 +54,7 @@ pub fn respond(
         pending,
         finished: false,
         cut,
+        record,
     };
     let chunks = stream::unfold(state, |mut state| async move {
         loop {
@@ -72,6 +76,9 @@ pub fn respond(
                     state.pending.push_back(data(chunk));
                 }
                 Some(Event::Done(outcome)) => {
+                    if let Some(record) = &state.record {
+                        record.done(&outcome);
+                    }
                     let reason = Some(outcome.generation.finish_reason);
                     let last = api::chunk(state.kind, &state.head, false, "", reason);
                     state.pending.push_back(data(last));

@@ -90,7 +90,7 @@ pub fn load_in_background(app: &AppHandle, pair: Pair, then: fn(&AppHandle)) {
         .name("flashbar-load".into())
         .spawn(move || load(app, pair, load_id, then));
     if let Err(error) = spawned {
-        eprintln!("flashbar-app: cannot start loading: {error}");
+        tracing::error!("cannot start loading: {error}");
     }
 }
 

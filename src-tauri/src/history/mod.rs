@@ -37,8 +37,8 @@ pub fn load(path: &Path) -> Result<String, String> {
             path.display()
         )
     })?;
-    eprintln!(
-        "flashbar-app: warning: {} is unreadable ({problem}); kept as {}, starting an empty history",
+    tracing::warn!(
+        "{} is unreadable ({problem}); kept as {}, starting an empty history",
         path.display(),
         aside.display()
     );

@@ -3,7 +3,9 @@
 //! HTTP clients queue fairly on the one loaded model) and stopped without
 //! unloading it. Its requests' rounds go to the metrics panel like the
 //! chat's. Its state goes to the UI as `server:status` and to the
-//! tray's menu item.
+//! tray's menu item; its request lines to the Server panel ([`log`]).
+
+pub mod log;
 
 use crate::engine::EngineHandle;
 use crate::settings::SettingsHandle;
@@ -84,6 +86,7 @@ pub async fn apply(app: &AppHandle) -> Result<ServerStatus, String> {
                     let app = app.clone();
                     move || Box::new(crate::chat::HttpRounds(app.clone())) as Observer
                 }))),
+                request_log: Some(log::sink(app)),
                 ..ServerOptions::default()
             };
             let pointer = std::sync::Arc::as_ptr(&worker) as usize;
@@ -125,7 +128,7 @@ pub fn apply_later(app: &AppHandle) {
     let app = app.clone();
     tauri::async_runtime::spawn(async move {
         if let Err(error) = apply(&app).await {
-            eprintln!("flashbar-app: local server: {error}");
+            tracing::error!("local server: {error}");
         }
     });
 }

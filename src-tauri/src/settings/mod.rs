@@ -96,7 +96,7 @@ pub fn load(app: &AppHandle) -> Settings {
     match path(app) {
         Ok(path) => load_from(&path),
         Err(error) => {
-            eprintln!("flashbar-app: settings ignored ({error}); using the defaults");
+            tracing::warn!("settings ignored ({error}); using the defaults");
             Settings::default()
         }
     }
@@ -112,7 +112,7 @@ fn load_from(path: &Path) -> Settings {
             Ok(aside) => format!("kept as {}", aside.display()),
             Err(e) => format!("not moved aside: {e}"),
         };
-        eprintln!("flashbar-app: settings ignored ({error}; {kept}); using the defaults");
+        tracing::warn!("settings ignored ({error}; {kept}); using the defaults");
         Settings::default()
     })
 }

@@ -1,5 +1,5 @@
 //! The tray / menu-bar icon and its menu: Open chat, Models, Metrics, the
-//! "Local server" switch showing its address, Quit.
+//! "Local server" switch showing its address, Open logs folder, Quit.
 //!
 //! On Linux the tray goes through libayatana-appindicator, loaded at run
 //! time: if the library is missing, tauri panics while building the tray,
@@ -26,7 +26,7 @@ pub fn install(app: &AppHandle) -> bool {
         Ok(Err(error)) => error.to_string(),
         Err(_) => "the tray library could not be loaded".to_owned(),
     };
-    eprintln!("flashbar-app: no tray icon ({reason}); the window stays open");
+    tracing::warn!("no tray icon ({reason}); the window stays open");
     window::show(app, None);
     false
 }
@@ -43,12 +43,13 @@ fn build(app: &AppHandle) -> tauri::Result<()> {
         false,
         None::<&str>,
     )?;
+    let logs = MenuItem::with_id(app, "logs", "Open logs folder", true, None::<&str>)?;
     let quit = MenuItem::with_id(app, "quit", "Quit Flashbar", true, None::<&str>)?;
     let separator = PredefinedMenuItem::separator(app)?;
     let menu = Menu::with_items(
         app,
         &[
-            &chat, &models, &metrics, &separator, &server, &separator, &quit,
+            &chat, &models, &metrics, &separator, &server, &separator, &logs, &quit,
         ],
     )?;
     let mut tray = TrayIconBuilder::with_id("flashbar")
@@ -63,9 +64,14 @@ fn build(app: &AppHandle) -> tauri::Result<()> {
                 let app = app.clone();
                 tauri::async_runtime::spawn(async move {
                     if let Err(error) = crate::server::toggle(&app).await {
-                        eprintln!("flashbar-app: local server: {error}");
+                        tracing::error!("local server: {error}");
                     }
                 });
+            }
+            "logs" => {
+                if let Err(error) = crate::logs::open(app) {
+                    tracing::warn!("{error}");
+                }
             }
             "quit" => app.exit(0),
             _ => {}

@@ -1,5 +1,5 @@
 // Settings: the local server (switch, port, API key, its address and
-// state), the speculation mode, launch at login. Every change is saved and
+// state), the speculation mode, launch at login, where the logs are. Every change is saved and
 // applied by the app shell at once; refused values show the reason.
 import { api, errorText, type ServerStatus, type Settings } from "../api";
 import { el } from "../dom";
@@ -14,6 +14,8 @@ export class SettingsView {
   private login = el("input", { type: "checkbox", "data-testid": "launch-at-login" });
   private status = el("p", { class: "server-status", "data-testid": "server-status" });
   private message = el("p", { class: "message", role: "status", "data-testid": "settings-message" });
+  private logPath = el("code", { class: "path", "data-testid": "log-path" });
+  private openLogs = el("button", { type: "button", text: "Open", "data-testid": "open-logs" });
 
   constructor() {
     for (const [value, label] of [
@@ -35,8 +37,14 @@ export class SettingsView {
       el("p", { class: "hint", text: "Auto drafts with DFlash while it measurably beats plain decoding, and falls back when it does not." }),
       el("h2", { text: "System" }),
       el("label", { class: "switch" }, this.login, " Launch at login"),
+      el("p", { class: "logs" }, "Logs ", this.logPath, " ", this.openLogs),
+      el("p", { class: "hint", text: "No prompt or answer text is ever logged, nor any API key." }),
       this.message,
     );
+    void api.logsFolder().then((path) => (this.logPath.textContent = path), () => undefined);
+    this.openLogs.addEventListener("click", () => {
+      api.logsOpen().catch((error) => (this.message.textContent = errorText(error)));
+    });
     this.server.addEventListener("change", () => this.apply());
     this.speculation.addEventListener("change", () => this.apply());
     this.login.addEventListener("change", () => this.apply());
