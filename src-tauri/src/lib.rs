@@ -79,6 +79,7 @@ pub fn run() {
         .manage(models::Downloads::default())
         .manage(server::ServerHandle::default())
         .manage(server::log::ServerLog::default())
+        .manage(shell::tray::GlanceState::default())
         .manage(settings::SettingsHandle::default())
         .invoke_handler(tauri::generate_handler![
             backend_info,

@@ -79,6 +79,7 @@ export interface Settings {
   drafter: string;
   speculation: Speculation;
   launch_at_login: boolean;
+  tray_speed: boolean;
 }
 
 export interface ServerStatus {

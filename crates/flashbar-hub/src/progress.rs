@@ -62,54 +62,15 @@ pub struct PullProgress {
 pub type EventSink<'a> = &'a (dyn Fn(&PullEvent) + Send + Sync);
 
 impl PullEvent {
-    /// Writes the event to the log (docs/logging.md): every event but the
-    /// byte counts, which only the progress bar shows.
+    /// Writes the event to the log (docs/logging.md): a retry as a warning,
+    /// a file's start at debug, the rest at info; the byte counts only go
+    /// to the progress bar.
     pub fn log(&self) {
         match self {
-            PullEvent::Resolved {
-                repo,
-                revision,
-                commit,
-                files,
-                total_bytes,
-                to_download_bytes,
-            } => {
-                tracing::info!(
-                    repo,
-                    revision,
-                    commit,
-                    files,
-                    total_bytes,
-                    to_download_bytes,
-                    "pull resolved"
-                );
-            }
-            PullEvent::FileStarted {
-                file,
-                size,
-                resumed_from,
-            } => {
-                tracing::debug!(file, size, resumed_from, "file started");
-            }
             PullEvent::Progress(_) => {}
-            PullEvent::Retrying {
-                file,
-                attempt,
-                wait_ms,
-                reason,
-            } => {
-                tracing::warn!(file, attempt, wait_ms, reason, "retrying after a fault");
-            }
-            PullEvent::FileDone {
-                file,
-                size,
-                sha256_checked,
-            } => {
-                tracing::info!(file, size, sha256_checked, "file done");
-            }
-            PullEvent::Done { snapshot } => {
-                tracing::info!(snapshot = %snapshot.display(), "pull done");
-            }
+            PullEvent::Retrying { .. } => tracing::warn!(event = ?self, "pull"),
+            PullEvent::FileStarted { .. } => tracing::debug!(event = ?self, "pull"),
+            _ => tracing::info!(event = ?self, "pull"),
         }
     }
 }

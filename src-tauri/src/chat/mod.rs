@@ -105,6 +105,7 @@ pub fn emit_round(app: &AppHandle, job: u64, stats: &RoundStats) {
         tokens_per_second,
     };
     let _ = app.emit("chat:round", event);
+    crate::shell::tray::show_round(app, stats);
 }
 
 /// Sees the rounds of a request to the local server, for the metrics
@@ -114,6 +115,20 @@ pub struct HttpRounds(pub AppHandle);
 impl Sink for HttpRounds {
     fn round(&mut self, stats: &RoundStats) {
         emit_round(&self.0, HTTP_JOB, stats);
+    }
+}
+
+/// The worker drops a job's sink when its generation ends, however it
+/// ends: the tray's speed goes back to idle then.
+impl Drop for HttpRounds {
+    fn drop(&mut self) {
+        crate::shell::tray::show_idle(&self.0);
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        crate::shell::tray::show_idle(&self.app);
     }
 }
 

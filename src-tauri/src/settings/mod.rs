@@ -1,7 +1,7 @@
 //! The user's settings, kept in `settings.json` in the app's data folder
 //! (written crash-safely by [`file`]): the local server (enabled, port, API
-//! key), the default target + drafter, the speculation mode and launch at
-//! login.
+//! key), the default target + drafter, the speculation mode, launch at
+//! login and the tray's live speed.
 //! Saving applies them: the server restarts, the model reloads when the
 //! pair changed, login items follow the switch.
 
@@ -28,6 +28,8 @@ pub struct Settings {
     pub drafter: String,
     pub speculation: Speculation,
     pub launch_at_login: bool,
+    /// Live tokens/s and DFlash speedup in the tray while generating.
+    pub tray_speed: bool,
 }
 
 impl Default for Settings {
@@ -40,6 +42,7 @@ impl Default for Settings {
             drafter: String::new(),
             speculation: Speculation::Auto,
             launch_at_login: false,
+            tray_speed: true,
         }
     }
 }
@@ -139,6 +142,9 @@ pub async fn settings_set(app: AppHandle, settings: Settings) -> Result<Settings
     let old = app.state::<SettingsHandle>().replace(settings.clone());
     if old.launch_at_login != settings.launch_at_login {
         apply_login_item(&app, settings.launch_at_login)?;
+    }
+    if old.tray_speed && !settings.tray_speed {
+        crate::shell::tray::show_idle(&app);
     }
     if (old.target.as_str(), old.drafter.as_str())
         != (settings.target.as_str(), settings.drafter.as_str())

@@ -1,7 +1,8 @@
-//! The desktop shell around the views: the tray / menu-bar icon and its
-//! menu, the main window (shown, focused, told which view to open), and the
+//! The desktop shell around the views: the tray / menu-bar icon, its
+//! menu and its speed at a glance, the main window (shown, focused, told which view to open), and the
 //! small macOS-only parts (no Dock icon, window under the menu-bar icon).
 
+pub mod glance;
 pub mod tray;
 pub mod window;
 

@@ -5,8 +5,12 @@
 //! time: if the library is missing, tauri panics while building the tray,
 //! so that is contained and the app runs without a tray, window shown.
 
+use super::glance::{self, Glance};
 use super::window::{self, View};
 use crate::server::ServerStatus;
+use flashbar_engine::{Mode, RoundStats};
+use std::sync::Mutex;
+use std::time::Instant;
 use tauri::image::Image;
 use tauri::menu::{CheckMenuItem, Menu, MenuItem, PredefinedMenuItem};
 use tauri::tray::{MouseButton, MouseButtonState, TrayIconBuilder, TrayIconEvent};
@@ -17,6 +21,17 @@ pub struct ServerItem(CheckMenuItem<Wry>);
 
 /// Whether a tray icon exists (else closing the window quits).
 pub struct HasTray(pub bool);
+
+/// The tray's speed at a glance, and the clock its rounds are stamped with.
+pub struct GlanceState(Mutex<Glance>, Instant);
+
+impl Default for GlanceState {
+    fn default() -> Self {
+        GlanceState(Mutex::new(Glance::default()), Instant::now())
+    }
+}
+
+const TOOLTIP: &str = "Flashbar";
 
 /// Installs the tray; returns whether it exists.
 pub fn install(app: &AppHandle) -> bool {
@@ -52,8 +67,8 @@ fn build(app: &AppHandle) -> tauri::Result<()> {
             &chat, &models, &metrics, &separator, &server, &separator, &logs, &quit,
         ],
     )?;
-    let mut tray = TrayIconBuilder::with_id("flashbar")
-        .tooltip("Flashbar")
+    let mut tray = TrayIconBuilder::with_id(TRAY_ID)
+        .tooltip(TOOLTIP)
         .menu(&menu)
         .show_menu_on_left_click(cfg!(not(target_os = "macos")))
         .on_menu_event(|app, event| match event.id().as_ref() {
@@ -116,6 +131,59 @@ fn label(status: &ServerStatus) -> String {
     match &status.address {
         Some(address) => format!("Local server: on — {address}"),
         None => "Local server: off".to_owned(),
+    }
+}
+
+const TRAY_ID: &str = "flashbar";
+
+/// A decoding round (chat or HTTP): the live speed in the tray, unless the
+/// setting is off. macOS shows it as the menu-bar title, elsewhere in the
+/// tooltip (no tray title there).
+pub fn show_round(app: &AppHandle, stats: &RoundStats) {
+    if !app
+        .state::<crate::settings::SettingsHandle>()
+        .get()
+        .tray_speed
+    {
+        return;
+    }
+    let Some(state) = app.try_state::<GlanceState>() else {
+        return;
+    };
+    let round = glance::Round {
+        committed: stats.committed,
+        ms: stats.draft_ms + stats.verify_ms + stats.rollback_ms,
+        speedup: stats.speedup,
+        dflash: stats.mode == Mode::Dflash,
+    };
+    let now = state.1.elapsed().as_millis() as u64;
+    let text = state
+        .0
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .round(round, now);
+    if let Some(text) = text {
+        show_speed(app, Some(&text));
+    }
+}
+
+/// A generation ended: the tray goes back to its plain icon.
+pub fn show_idle(app: &AppHandle) {
+    if let Some(state) = app.try_state::<GlanceState>() {
+        state.0.lock().unwrap_or_else(|p| p.into_inner()).idle();
+    }
+    show_speed(app, None);
+}
+
+fn show_speed(app: &AppHandle, text: Option<&str>) {
+    let Some(tray) = app.tray_by_id(TRAY_ID) else {
+        return;
+    };
+    if cfg!(target_os = "macos") {
+        let _ = tray.set_title(text);
+    } else {
+        let tooltip = text.map_or(TOOLTIP.to_owned(), |t| format!("{TOOLTIP} — {t}"));
+        let _ = tray.set_tooltip(Some(tooltip));
     }
 }
 

@@ -1,5 +1,6 @@
 // Settings: the local server (switch, port, API key, its address and
-// state), the speculation mode, launch at login, where the logs are. Every change is saved and
+// state), the speculation mode, launch at login, the tray's live speed,
+// where the logs are. Every change is saved and
 // applied by the app shell at once; refused values show the reason.
 import { api, errorText, type ServerStatus, type Settings } from "../api";
 import { el } from "../dom";
@@ -12,6 +13,7 @@ export class SettingsView {
   private key = el("input", { type: "password", placeholder: "none", autocomplete: "off", "data-testid": "api-key" });
   private speculation = el("select", { "data-testid": "speculation" });
   private login = el("input", { type: "checkbox", "data-testid": "launch-at-login" });
+  private traySpeed = el("input", { type: "checkbox", "data-testid": "tray-speed" });
   private status = el("p", { class: "server-status", "data-testid": "server-status" });
   private message = el("p", { class: "message", role: "status", "data-testid": "settings-message" });
   private logPath = el("code", { class: "path", "data-testid": "log-path" });
@@ -37,6 +39,7 @@ export class SettingsView {
       el("p", { class: "hint", text: "Auto drafts with DFlash while it measurably beats plain decoding, and falls back when it does not." }),
       el("h2", { text: "System" }),
       el("label", { class: "switch" }, this.login, " Launch at login"),
+      el("label", { class: "switch" }, this.traySpeed, " Show tokens/s and the DFlash speedup in the menu bar while generating"),
       el("p", { class: "logs" }, "Logs ", this.logPath, " ", this.openLogs),
       el("p", { class: "hint", text: "No prompt or answer text is ever logged, nor any API key." }),
       this.message,
@@ -48,6 +51,7 @@ export class SettingsView {
     this.server.addEventListener("change", () => this.apply());
     this.speculation.addEventListener("change", () => this.apply());
     this.login.addEventListener("change", () => this.apply());
+    this.traySpeed.addEventListener("change", () => this.apply());
     this.port.addEventListener("change", () => this.apply());
     this.key.addEventListener("change", () => this.apply());
   }
@@ -59,6 +63,7 @@ export class SettingsView {
     this.key.value = settings.api_key;
     this.speculation.value = settings.speculation;
     this.login.checked = settings.launch_at_login;
+    this.traySpeed.checked = settings.tray_speed;
   }
 
   showServer(status: ServerStatus): void {
@@ -85,6 +90,7 @@ export class SettingsView {
       api_key: this.key.value.trim(),
       speculation: this.speculation.value as Settings["speculation"],
       launch_at_login: this.login.checked,
+      tray_speed: this.traySpeed.checked,
     };
     this.message.textContent = "Applying…";
     try {
