@@ -38,8 +38,9 @@ impl Engine {
                 ms = started.elapsed().as_millis() as u64,
                 "model loaded"
             ),
+            // The caller reports the error (the CLI's one line): info here.
             Err(error) => {
-                tracing::warn!(target = %target_dir.display(), %error, "model not loaded")
+                tracing::info!(target = %target_dir.display(), %error, "model not loaded")
             }
         }
         loaded

@@ -62,13 +62,12 @@ pub struct PullProgress {
 pub type EventSink<'a> = &'a (dyn Fn(&PullEvent) + Send + Sync);
 
 impl PullEvent {
-    /// Writes the event to the log (docs/logging.md): a retry as a warning,
-    /// a file's start at debug, the rest at info; the byte counts only go
-    /// to the progress bar.
+    /// Writes the event to the log (docs/logging.md): a file's start at
+    /// debug, the rest (retries too: the caller shows them) at info; the
+    /// byte counts only go to the progress bar.
     pub fn log(&self) {
         match self {
             PullEvent::Progress(_) => {}
-            PullEvent::Retrying { .. } => tracing::warn!(event = ?self, "pull"),
             PullEvent::FileStarted { .. } => tracing::debug!(event = ?self, "pull"),
             _ => tracing::info!(event = ?self, "pull"),
         }
