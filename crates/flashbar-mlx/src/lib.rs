@@ -10,10 +10,12 @@
 //! - [`smoke`]: small numerical checks of the MLX operations the models rely
 //!   on, run by the test suite and by `flashbar smoke` on any device.
 
+mod custom_kernel;
 pub mod device;
 pub mod gdn_kernels;
 pub mod memory;
 pub mod memory_guard;
+pub mod row_invariant;
 pub mod smoke;
 
 /// Installs mlx-rs's MLX error handler, which hands errors back to the

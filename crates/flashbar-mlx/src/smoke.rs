@@ -6,7 +6,7 @@
 //! the same check on two devices (CPU vs CUDA) can be compared as well.
 
 use crate::device::Backend;
-use crate::gdn_kernels;
+use crate::{gdn_kernels, row_invariant};
 use half::{bf16, f16};
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
@@ -49,6 +49,10 @@ pub fn run_all(backend: Backend, scratch: &Path) -> Result<Vec<CheckResult>, Exc
         // GPU-only checks go last, so that the checks both devices run line up.
         if gdn_kernels::available(backend) {
             checks.push(gdn_kernel_vs_ops()?);
+        }
+        if row_invariant::available(backend) {
+            checks.extend(row_invariant::checks::qmm()?);
+            checks.extend(row_invariant::checks::attention()?);
         }
         Ok(checks)
     })
@@ -402,6 +406,11 @@ fn gdn_ops_reference(
 
 fn to_f32_vec(array: &Array) -> Result<Vec<f32>, Exception> {
     host::<f32>(&array.as_dtype(Dtype::Float32)?)
+}
+
+/// An array's values as f32 on the host.
+pub(crate) fn host_f32(array: &Array) -> Result<Vec<f32>, Exception> {
+    to_f32_vec(array)
 }
 
 /// Evaluates and copies an array to the host (errors, never panics).

@@ -29,8 +29,7 @@
 
 use crate::device::Backend;
 use mlx_rs::error::Exception;
-use mlx_rs::{Array, Dtype, Stream};
-use std::ffi::{c_char, c_int, CString};
+use mlx_rs::{Array, Dtype};
 
 /// Whether `backend` has these kernels (CUDA on Linux, Metal on macOS).
 pub fn available(backend: Backend) -> bool {
@@ -65,8 +64,7 @@ pub fn record(
 
     let per_step = vec![b, t, dims.hv, dims.dv];
     let mut outputs = launch(&Launch {
-        name: "gdn_record",
-        source: source::RECORD,
+        body: &source::RECORD,
         input_names: &["q", "k", "v", "g", "beta", "state"],
         output_names: &["y", "state_out", "delta"],
         inputs: &[&q, &k, &v, &g, &beta, &state],
@@ -102,8 +100,7 @@ pub fn replay(
     }
     let n_steps = Array::from_slice(&[n], &[1]);
     let mut outputs = launch(&Launch {
-        name: "gdn_replay",
-        source: source::REPLAY,
+        body: &source::REPLAY,
         input_names: &["state0", "k", "g", "delta", "n_steps"],
         output_names: &["state_out"],
         inputs: &[&state0, &k, &g, &delta, &n_steps],
@@ -118,20 +115,29 @@ pub fn replay(
 /// The kernel bodies of the backend this build targets.
 #[cfg(not(target_os = "macos"))]
 mod source {
-    pub const RECORD: &str = include_str!("../../../../kernels/cuda/gdn_record.cu");
-    pub const REPLAY: &str = include_str!("../../../../kernels/cuda/gdn_replay.cu");
+    use crate::custom_kernel::Body;
+    pub static RECORD: Body = Body::new(
+        "gdn_record",
+        include_str!("../../../../kernels/cuda/gdn_record.cu"),
+    );
+    pub static REPLAY: Body = Body::new(
+        "gdn_replay",
+        include_str!("../../../../kernels/cuda/gdn_replay.cu"),
+    );
 }
 
 #[cfg(target_os = "macos")]
 mod source {
-    pub const RECORD: &str = include_str!("../../../../kernels/metal/gdn_record.metal");
-    pub const REPLAY: &str = include_str!("../../../../kernels/metal/gdn_replay.metal");
+    use crate::custom_kernel::Body;
+    pub static RECORD: Body = Body::new(
+        "gdn_record",
+        include_str!("../../../../kernels/metal/gdn_record.metal"),
+    );
+    pub static REPLAY: Body = Body::new(
+        "gdn_replay",
+        include_str!("../../../../kernels/metal/gdn_replay.metal"),
+    );
 }
-
-#[cfg(not(target_os = "macos"))]
-type Active = Cuda;
-#[cfg(target_os = "macos")]
-type Active = Metal;
 
 /// Threads per block / threadgroup; the grid is one thread per state row.
 const THREADS_PER_GROUP: i32 = 64;
@@ -211,10 +217,10 @@ fn expect_shape(what: &str, array: &Array, shape: &[i32]) -> Result<(), Exceptio
     }
 }
 
-/// One kernel call: every input and output is f32 except small int32 scalars.
+/// One recurrence kernel call: every input and output is f32 (plus small
+/// int32 scalars), one thread per state row.
 struct Launch<'a> {
-    name: &'static str,
-    source: &'static str,
+    body: &'static Body,
     input_names: &'a [&'a str],
     output_names: &'a [&'a str],
     inputs: &'a [&'a Array],
@@ -222,135 +228,36 @@ struct Launch<'a> {
     dims: Dims,
 }
 
-/// MLX's name for a kernel, with a hash of its source: MLX caches compiled
-/// CUDA kernels on disk by name alone (`MLX_PTX_CACHE_DIR`, default
-/// `$TMPDIR/mlx/<version>/ptx`), so an edited source needs a new name.
-fn kernel_name(base: &str, source: &str) -> String {
-    // FNV-1a, 64 bits.
-    let hash = source.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, byte| {
-        (h ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    format!("flashbar_{base}_{hash:016x}")
+impl Launch<'_> {
+    fn run(
+        &self,
+        run: impl FnOnce(&custom_kernel::Launch) -> Result<Vec<Array>, Exception>,
+    ) -> Result<Vec<Array>, Exception> {
+        let outputs: Vec<(Vec<i32>, Dtype)> = self
+            .output_shapes
+            .iter()
+            .map(|shape| (shape.clone(), Dtype::Float32))
+            .collect();
+        let template = self.dims.template_args();
+        run(&custom_kernel::Launch {
+            body: self.body,
+            input_names: self.input_names,
+            output_names: self.output_names,
+            inputs: self.inputs,
+            outputs: &outputs,
+            grid: [self.dims.rows()?, 1, 1],
+            group: [THREADS_PER_GROUP, 1, 1],
+            template: &template,
+        })
+    }
 }
 
 /// Runs `spec` on the current default (or scoped) stream, which must be a GPU one.
 fn launch(spec: &Launch) -> Result<Vec<Array>, Exception> {
-    let stream = Stream::thread_local_or_default();
-    if !on_gpu(&stream) {
-        return Err(Exception::custom(format!(
-            "{} kernel {}: runs only on a GPU stream (the current default device is not a GPU)",
-            Active::NAME,
-            spec.name
-        )));
-    }
-    launch_on::<Active>(spec, &stream)
+    spec.run(custom_kernel::launch)
 }
 
-fn launch_on<A: KernelApi>(spec: &Launch, stream: &Stream) -> Result<Vec<Array>, Exception> {
-    let what = |step: &str| format!("{} kernel {}: {step}", A::NAME, spec.name);
-    let rows = spec.dims.rows()?;
-
-    let kernel = Kernel::<A>::new(spec.name, spec.source, spec.input_names, spec.output_names)?;
-    let config = Config::<A>::new().ok_or_else(|| Exception::custom(what("no config")))?;
-    let check = |status: c_int, step: &str| {
-        if status == 0 {
-            Ok(())
-        } else {
-            Err(Exception::custom(what(&format!("{step} failed"))))
-        }
-    };
-    for shape in spec.output_shapes {
-        // SAFETY: `shape` outlives the call; mlx-c copies it.
-        let status = unsafe {
-            A::add_output_arg(
-                config.0,
-                shape.as_ptr(),
-                shape.len(),
-                mlx_sys::mlx_dtype__MLX_FLOAT32,
-            )
-        };
-        check(status, "adding an output")?;
-    }
-    // SAFETY: plain value arguments on a live config.
-    check(
-        unsafe { A::set_grid(config.0, rows, 1, 1) },
-        "setting the grid",
-    )?;
-    check(
-        unsafe { A::set_thread_group(config.0, THREADS_PER_GROUP, 1, 1) },
-        "setting the thread group",
-    )?;
-    for (arg, value) in spec.dims.template_args() {
-        let arg = c_string(arg)?;
-        // SAFETY: `arg` is a valid C string for the call; mlx-c copies it.
-        check(
-            unsafe { A::add_template_arg_int(config.0, arg.as_ptr(), value) },
-            "adding a template argument",
-        )?;
-    }
-
-    let pointers: Vec<mlx_sys::mlx_array> = spec.inputs.iter().map(|a| a.as_ptr()).collect();
-    // SAFETY: the pointers are live arrays; the vector takes its own references.
-    let inputs = ArrayVector(unsafe {
-        mlx_sys::mlx_vector_array_new_data(pointers.as_ptr(), pointers.len())
-    });
-    // SAFETY: creates an empty vector that we own.
-    let mut outputs = ArrayVector(unsafe { mlx_sys::mlx_vector_array_new() });
-    // SAFETY: every handle is live; the kernel body only touches its rows of
-    // the f32 buffers declared above (bounds are checked in the body).
-    let status = unsafe {
-        A::apply(
-            &mut outputs.0,
-            kernel.0,
-            inputs.0,
-            config.0,
-            stream.as_ptr(),
-        )
-    };
-    check(status, "launching")?;
-
-    // SAFETY: `outputs` is a live vector filled by the call above.
-    let count = unsafe { mlx_sys::mlx_vector_array_size(outputs.0) };
-    if count != spec.output_names.len() {
-        return Err(Exception::custom(what(&format!(
-            "returned {count} outputs, expected {}",
-            spec.output_names.len()
-        ))));
-    }
-    (0..count)
-        .map(|index| {
-            // SAFETY: `raw` is a fresh handle that the Array takes over (and
-            // frees, even when the get failed and left it empty).
-            let (array, status) = unsafe {
-                let mut raw = mlx_sys::mlx_array_new();
-                let status = mlx_sys::mlx_vector_array_get(&mut raw, outputs.0, index);
-                (Array::from_ptr(raw), status)
-            };
-            check(status, "reading an output")?;
-            Ok(array)
-        })
-        .collect()
-}
-
-/// Whether `stream` runs on the GPU.
-fn on_gpu(stream: &Stream) -> bool {
-    // SAFETY: the device handle is created, filled and freed here.
-    unsafe {
-        let mut device = mlx_sys::mlx_device_new();
-        let mut kind = mlx_sys::mlx_device_type__MLX_CPU;
-        let known = mlx_sys::mlx_stream_get_device(&mut device, stream.as_ptr()) == 0
-            && mlx_sys::mlx_device_get_type(&mut kind, device) == 0;
-        mlx_sys::mlx_device_free(device);
-        known && kind == mlx_sys::mlx_device_type__MLX_GPU
-    }
-}
-
-mod ffi;
-#[cfg(not(target_os = "macos"))]
-use ffi::Cuda;
-#[cfg(target_os = "macos")]
-use ffi::Metal;
-use ffi::{c_string, ArrayVector, Config, Kernel, KernelApi};
+use crate::custom_kernel::{self, Body};
 
 #[cfg(test)]
 mod tests;

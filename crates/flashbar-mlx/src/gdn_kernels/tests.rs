@@ -1,9 +1,9 @@
 //! Unit tests of the GDN kernels' Rust side (the kernels themselves run in
 //! `flashbar smoke` on a GPU).
 
-use super::ffi::{Cuda, Metal};
 use super::*;
-use mlx_rs::{with_device, Device};
+use crate::custom_kernel::{launch_on, Cuda, Metal};
+use mlx_rs::{with_device, Device, Stream};
 
 #[test]
 fn only_gpu_backends_have_the_kernels() {
@@ -12,12 +12,12 @@ fn only_gpu_backends_have_the_kernels() {
 }
 
 #[test]
-fn names_change_with_the_source() {
-    assert_eq!(kernel_name("x", "a"), kernel_name("x", "a"));
-    assert_ne!(kernel_name("x", "a"), kernel_name("x", "b"));
-    assert!(kernel_name("gdn_record", source::RECORD)
+fn names_are_plain_identifiers() {
+    assert!(source::RECORD
+        .full_name()
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '_'));
+    assert_ne!(source::RECORD.full_name(), source::REPLAY.full_name());
 }
 
 /// Every kernel body of both backends, whatever this build targets.
@@ -88,8 +88,8 @@ fn the_build_uses_its_backends_bodies() {
     } else {
         (BODIES[0].1, BODIES[1].1)
     };
-    assert_eq!(source::RECORD, record);
-    assert_eq!(source::REPLAY, replay);
+    assert_eq!(source::RECORD.source, record);
+    assert_eq!(source::REPLAY.source, replay);
 }
 
 #[test]
@@ -99,7 +99,8 @@ fn a_cpu_libmlx_refuses_cuda_kernels_without_aborting() {
     }
     // Any mlx-rs op installs mlx-rs' error handler (mlx-c's own exits).
     zeros(&[1]);
-    let kernel = Kernel::<Cuda>::new("gdn_record", BODIES[0].1, &["q"], &["y"]);
+    let body = crate::custom_kernel::Body::new("gdn_record", BODIES[0].1);
+    let kernel = crate::custom_kernel::Kernel::<Cuda>::new(&body, &["q"], &["y"]);
     let error = kernel.err().expect("a CPU libmlx has no CUDA kernels");
     assert!(
         error.what().contains("could not create"),
@@ -115,16 +116,19 @@ fn a_refused_launch_is_an_error_and_frees_its_handles() {
     let (state, k) = (zeros(&[1, 2, 3, 4]), zeros(&[1, 5, 1, 4]));
     let (g, delta) = (zeros(&[1, 5, 2]), zeros(&[1, 5, 2, 3]));
     let n_steps = Array::from_slice(&[2], &[1]);
+    static BODY: crate::custom_kernel::Body =
+        crate::custom_kernel::Body::new("gdn_replay", BODIES[3].1);
     let spec = Launch {
-        name: "gdn_replay",
-        source: BODIES[3].1,
+        body: &BODY,
         input_names: &["state0", "k", "g", "delta", "n_steps"],
         output_names: &["state_out"],
         inputs: &[&state, &k, &g, &delta, &n_steps],
         output_shapes: &[vec![1, 2, 3, 4]],
         dims: Dims::of(&k, &delta, &state).unwrap(),
     };
-    let error = launch_on::<Metal>(&spec, &Stream::cpu()).unwrap_err();
+    let error = spec
+        .run(|launch| launch_on::<Metal>(launch, &Stream::cpu()))
+        .unwrap_err();
     assert!(
         error.what().contains("launching failed"),
         "{}",

@@ -4,7 +4,8 @@
 use crate::config::{Rope, TextConfig};
 use crate::error::Result;
 use crate::nn::host;
-use crate::nn::linear::{Linear, Weights};
+use crate::nn::linear::{row_kernels, Linear, Weights};
+use flashbar_mlx::row_invariant;
 use mlx_rs::fast::{rms_norm, rope, scaled_dot_product_attention, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{concatenate, sigmoid, split_equal};
@@ -61,6 +62,9 @@ pub struct Attention {
     /// Scores and weighted sums by the host kernels (the CPU path), whose
     /// rows do not depend on how many queries come together.
     host: bool,
+    /// Decode steps and verified blocks on the row-invariant CUDA kernel
+    /// (`linear::row_kernels`), for the same reason.
+    row_kernel: bool,
 }
 
 impl Attention {
@@ -83,6 +87,7 @@ impl Attention {
             eps: config.rms_norm_eps,
             rope,
             host: weights.host_kernels(),
+            row_kernel: row_kernels(),
         })
     }
 
@@ -116,6 +121,8 @@ impl Attention {
         let scale = (self.head_dim as f32).powf(-0.5);
         let out = if self.host && b == 1 {
             host::causal_attention(&queries, &keys, &values, scale)?
+        } else if self.row_kernel && row_invariant::takes_attention(&queries, &keys) {
+            row_invariant::causal_attention(&queries, &keys, &values, scale)?
         } else {
             let mask = (l > 1).then_some(ScaledDotProductAttentionMask::Causal);
             scaled_dot_product_attention(&queries, &keys, &values, scale, mask, None)?

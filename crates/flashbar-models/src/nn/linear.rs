@@ -8,6 +8,7 @@ use crate::config::{QuantParams, Quantization};
 use crate::error::{ModelError, Result};
 use crate::nn::host;
 use flashbar_mlx::device::{self, Backend};
+use flashbar_mlx::row_invariant;
 use mlx_rs::ops::{dequantize, gather_mm, gather_qmm, matmul, quantized_matmul};
 use mlx_rs::{Array, Dtype};
 use std::collections::HashMap;
@@ -31,6 +32,20 @@ pub const HOST_LIMIT_BYTES: u64 = 2 << 30;
 /// [`HOST_LIMIT_BYTES`]), `host`, or `mlx` (MLX's kernels; benchmarks
 /// compare the two).
 pub const CPU_MATMUL_ENV: &str = "FLASHBAR_CPU_MATMUL";
+
+/// `mlx` makes CUDA decode steps and verifies use MLX's own quantized matmul
+/// and attention instead of the row-invariant kernels
+/// ([`flashbar_mlx::row_invariant`]); benchmarks compare the two. MLX's
+/// kernels are not row-invariant there, so DFlash is then not guaranteed
+/// lossless on CUDA.
+pub const GPU_KERNELS_ENV: &str = "FLASHBAR_GPU_KERNELS";
+
+/// Whether this device's decode and verify run on the row-invariant kernels
+/// (CUDA, unless [`GPU_KERNELS_ENV`] is `mlx`).
+pub fn row_kernels() -> bool {
+    row_invariant::available(device::current())
+        && std::env::var(GPU_KERNELS_ENV).as_deref() != Ok("mlx")
+}
 
 /// Who multiplies a checkpoint's weights (and, for attention, its scores).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,6 +155,8 @@ pub struct Packed {
     pub biases: Array,
     pub group_size: i32,
     pub bits: i32,
+    /// Few rows go through [`row_invariant::quantized_matmul`] ([`row_kernels`]).
+    pub row_kernel: bool,
 }
 
 impl Packed {
@@ -150,6 +167,7 @@ impl Packed {
             biases: weights.take(&format!("{path}.biases"))?,
             group_size: params.group_size as i32,
             bits: params.bits as i32,
+            row_kernel: row_kernels(),
         })
     }
 }
@@ -203,6 +221,19 @@ impl LinearWeight {
                 let w = dequantize(&q.weight, &q.scales, &q.biases, q.group_size, q.bits)?
                     .as_dtype(Dtype::Float32)?;
                 matmul(x.as_dtype(Dtype::Float32)?, w.t())?.as_dtype(x.dtype())?
+            }
+            LinearWeight::Quantized(q)
+                if q.row_kernel
+                    && row_invariant::takes_quantized(x, &q.scales, q.group_size, q.bits) =>
+            {
+                row_invariant::quantized_matmul(
+                    x,
+                    &q.weight,
+                    &q.scales,
+                    &q.biases,
+                    q.group_size,
+                    q.bits,
+                )?
             }
             LinearWeight::Quantized(q) => quantized_matmul(
                 x,
@@ -328,6 +359,7 @@ mod tests {
             biases,
             group_size: 64,
             bits: 8,
+            row_kernel: false,
         };
         Linear {
             weight: LinearWeight::Quantized(packed),

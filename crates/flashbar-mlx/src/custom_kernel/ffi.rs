@@ -1,16 +1,18 @@
 //! mlx-c's custom-kernel calls for CUDA and Metal behind one trait, and RAII
 //! owners of the handles they return.
 
-use super::*;
+use super::Body;
+use mlx_rs::error::Exception;
+use std::ffi::{c_char, c_int, CString};
 
-pub(super) fn c_string(text: &str) -> Result<CString, Exception> {
+pub(crate) fn c_string(text: &str) -> Result<CString, Exception> {
     CString::new(text).map_err(|e| Exception::custom(e.to_string()))
 }
 
 /// mlx-c's custom-kernel API of one GPU backend. CUDA and Metal expose the
 /// same calls under different names; only kernel creation differs (CUDA takes
 /// a dynamic shared-memory size, Metal an atomic-outputs flag; we use neither).
-pub(super) trait KernelApi {
+pub(crate) trait KernelApi {
     const NAME: &'static str;
     type Kernel: Copy;
     type Config: Copy;
@@ -60,7 +62,7 @@ macro_rules! kernel_api {
         add_template_arg_int: $add_template_arg_int:ident, apply: $apply:ident $(,)?
     ) => {
         $(#[$meta])*
-        pub(super) struct $api;
+        pub(crate) struct $api;
 
         impl KernelApi for $api {
             const NAME: &'static str = $name;
@@ -170,18 +172,18 @@ kernel_api!(
 );
 
 /// Owns an mlx-c kernel handle.
-pub(super) struct Kernel<A: KernelApi>(pub(super) A::Kernel);
+pub(crate) struct Kernel<A: KernelApi>(pub(crate) A::Kernel);
 
 impl<A: KernelApi> Kernel<A> {
-    /// Registers `source` (a kernel body) under `name` plus a hash of the source.
-    pub(super) fn new(
-        name: &str,
-        source: &str,
+    /// Registers `body` under its name plus a hash of its source.
+    pub(crate) fn new(
+        body: &Body,
         input_names: &[&str],
         output_names: &[&str],
     ) -> Result<Self, Exception> {
-        let full_name = c_string(&kernel_name(name, source))?;
-        let source = c_string(source)?;
+        let name = body.name;
+        let full_name = c_string(&body.full_name())?;
+        let source = c_string(body.source)?;
         let header = c_string("")?;
         let input_names = StringVector::new(input_names)?;
         let output_names = StringVector::new(output_names)?;
@@ -215,10 +217,10 @@ impl<A: KernelApi> Drop for Kernel<A> {
 }
 
 /// Owns an mlx-c kernel config handle.
-pub(super) struct Config<A: KernelApi>(pub(super) A::Config);
+pub(crate) struct Config<A: KernelApi>(pub(crate) A::Config);
 
 impl<A: KernelApi> Config<A> {
-    pub(super) fn new() -> Option<Self> {
+    pub(crate) fn new() -> Option<Self> {
         // SAFETY: allocates a config that we own.
         let raw = unsafe { A::config_new() };
         (!A::config_is_null(raw)).then_some(Config(raw))
@@ -233,10 +235,10 @@ impl<A: KernelApi> Drop for Config<A> {
 }
 
 /// Owns an mlx-c vector of strings.
-pub(super) struct StringVector(pub(super) mlx_sys::mlx_vector_string);
+pub(crate) struct StringVector(pub(crate) mlx_sys::mlx_vector_string);
 
 impl StringVector {
-    pub(super) fn new(values: &[&str]) -> Result<Self, Exception> {
+    pub(crate) fn new(values: &[&str]) -> Result<Self, Exception> {
         let owned = values
             .iter()
             .map(|value| c_string(value))
@@ -260,7 +262,7 @@ impl Drop for StringVector {
 }
 
 /// Owns an mlx-c vector of arrays (it holds its own references to them).
-pub(super) struct ArrayVector(pub(super) mlx_sys::mlx_vector_array);
+pub(crate) struct ArrayVector(pub(crate) mlx_sys::mlx_vector_array);
 
 impl Drop for ArrayVector {
     fn drop(&mut self) {

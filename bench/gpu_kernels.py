@@ -1,0 +1,251 @@
+"""Our row-invariant CUDA kernels against MLX's, on the GPU: exactness first,
+then speed (docs/gpu.md).
+
+    python3 bench/gpu_kernels.py [--quick] [--json OUT]
+
+Loads the very kernel bodies the Rust engine runs (`kernels/cuda/qmm.cu`,
+`kernels/cuda/attn_rows.cu`) through `mx.fast.cuda_kernel`, with the launch
+shapes of `flashbar_mlx::gpu_kernels` (`launch_qmm` below mirrors its rule,
+and the Rust side's test pins the same table). Prints one JSON line per check:
+
+- qmm, every layer shape of the embedded pair, Qwen3.5-9B and Qwen3.6-35B-A3B
+  (4 and 8 bits, group 32/64/128, bf16 and f16): row i of an M-row product
+  equals the 1-row product of row i bit for bit, for M = 1..32; and the
+  largest difference from `mx.quantized_matmul`, relative to its largest
+  value;
+- attn_rows: query i of a T-query call equals a 1-query call over the cache
+  cut after query i (a decode step at that position), bit for bit; and the
+  difference from `mx.fast.scaled_dot_product_attention`;
+- speed, measured chained (64 calls in one evaluation over 8 weight copies,
+  so neither the ~60 us of one evaluation nor the L2 is counted): GB/s of
+  ours and of MLX's quantized matmul at M = 1 and 16, and attention at
+  contexts of 1,024 and 8,192.
+
+Exit status 1 if any exactness check fails.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import mlx.core as mx
+
+ROOT = Path(__file__).resolve().parent.parent
+QMM = (ROOT / "kernels/cuda/qmm.cu").read_text()
+ATTN = (ROOT / "kernels/cuda/attn_rows.cu").read_text()
+FAILED = []
+
+
+def out(**row):
+    print(json.dumps(row), flush=True)
+    if row.get("ok") is False:
+        FAILED.append(row)
+
+
+_kernels = {}
+
+
+def kernel(name, source, inputs, outputs):
+    if name not in _kernels:
+        _kernels[name] = mx.fast.cuda_kernel(name=name, input_names=inputs, output_names=outputs,
+                                             source=source)
+    return _kernels[name]
+
+
+def launch_qmm(n: int, k: int, bits: int):
+    """(NT, WARPS) from the weight's shape only; the same rule as the Rust
+    `gpu_kernels::qmm_launch`."""
+    chunk = 4 * (128 // bits)
+    chunks = -(-k // chunk)
+    warps = max(1, min(8, chunks // 2))
+    tiles = 2 if n >= 2048 else 1
+    return tiles, warps
+
+
+def qmm(x, w, scales, biases, bits, gs, tiles=None, warps=None):
+    m, k = x.shape
+    n = w.shape[0]
+    nt, wp = launch_qmm(n, k, bits)
+    nt, wp = tiles or nt, warps or wp
+    f = kernel("flashbar_qmm", QMM, ["x", "w", "scales", "biases"], ["y"])
+    blocks = -(-n // (8 * nt))
+    return f(inputs=[x, w, scales, biases],
+             template=[("BITS", bits), ("GS", gs), ("HALF", int(x.dtype == mx.float16)),
+                       ("NT", nt), ("WARPS", wp), ("MT", 1 if m <= 16 else 2)],
+                 grid=(blocks * 32 * wp, 1, 1), threadgroup=(32 * wp, 1, 1),
+                 output_shapes=[(m, n)], output_dtypes=[x.dtype])[0]
+
+
+def attn(q, k, v, scale):
+    b, hq, t, d = q.shape
+    dt = {mx.float32: 0, mx.bfloat16: 1, mx.float16: 2}[q.dtype]
+    f = kernel("flashbar_attn_rows", ATTN, ["q", "k", "v", "scale"], ["out"])
+    return f(inputs=[q, k, v, mx.array([scale], dtype=mx.float32)],
+             template=[("D", d), ("GROUP", hq // k.shape[1]), ("DT", dt)],
+             grid=(b * hq * t * 256, 1, 1), threadgroup=(256, 1, 1),
+             output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
+
+
+# (model, layer, in, out) at the models' real shapes.
+SHAPES = [
+    ("embedded", "q_proj", 384, 768), ("embedded", "kv_proj", 384, 128), ("embedded", "o_proj", 384, 384),
+    ("embedded", "gdn in_proj_qkv", 384, 1024), ("embedded", "gdn in_proj_ba", 384, 8),
+    ("embedded", "mlp gate/up", 384, 1152), ("embedded", "mlp down", 1152, 384),
+    ("embedded", "lm_head", 384, 4096),
+    ("9B", "attn q_proj", 4096, 8192), ("9B", "attn kv_proj", 4096, 1024), ("9B", "attn o_proj", 4096, 4096),
+    ("9B", "gdn in_proj_qkv", 4096, 8192), ("9B", "gdn in_proj_z", 4096, 4096), ("9B", "gdn in_proj_ba", 4096, 32),
+    ("9B", "gdn out_proj", 4096, 4096), ("9B", "mlp gate/up", 4096, 12288), ("9B", "mlp down", 12288, 4096),
+    ("9B", "lm_head", 4096, 248320),
+    ("35B-A3B", "attn q_proj", 2048, 8192), ("35B-A3B", "attn kv_proj", 2048, 512),
+    ("35B-A3B", "attn o_proj", 4096, 2048), ("35B-A3B", "gdn in_proj_qkv", 2048, 8192),
+    ("35B-A3B", "gdn out_proj", 4096, 2048), ("35B-A3B", "expert gate/up", 2048, 512),
+    ("35B-A3B", "expert down", 512, 2048), ("35B-A3B", "shared expert gate/up", 2048, 512),
+    ("35B-A3B", "router", 2048, 256), ("35B-A3B", "lm_head", 2048, 248320),
+]
+ROWS = (1, 2, 3, 5, 8, 15, 16, 17, 24, 31, 32)
+
+
+def quantized(n, k, bits, gs, dtype, seed):
+    w = (mx.random.normal((n, k), key=mx.random.key(seed)) * 0.02).astype(dtype)
+    return mx.quantize(w, group_size=gs, bits=bits)
+
+
+def check_qmm(quick: bool):
+    combos = [(8, 64, mx.bfloat16), (4, 64, mx.bfloat16)]
+    if not quick:
+        combos += [(4, 32, mx.bfloat16), (4, 128, mx.bfloat16), (8, 32, mx.float16), (4, 64, mx.float16),
+                   (8, 128, mx.bfloat16)]
+    for seed, (model, layer, k, n) in enumerate(SHAPES):
+        for bits, gs, dtype in combos:
+            if model == "embedded" and bits == 4 and quick:
+                continue
+            wq, s, b = quantized(n, k, bits, gs, dtype, seed)
+            x = mx.random.normal((32, k), key=mx.random.key(1000 + seed)).astype(dtype)
+            singles = mx.concatenate([qmm(x[i:i + 1], wq, s, b, bits, gs) for i in range(32)])
+            mx.eval(singles)
+            differing = {}
+            for m in ROWS:
+                rows = qmm(x[:m], wq, s, b, bits, gs)
+                bad = int(mx.sum(mx.any(rows != singles[:m], axis=-1)).item())
+                if bad:
+                    differing[m] = bad
+            ref = mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=gs, bits=bits)
+            scale = float(mx.abs(ref.astype(mx.float32)).max().item())
+            rel = float(mx.abs(singles.astype(mx.float32) - ref.astype(mx.float32)).max().item()) / max(scale, 1e-30)
+            out(check="qmm rows", model=model, layer=layer, k=k, n=n, bits=bits, group=gs,
+                dtype=str(dtype).split(".")[-1], rows_differing=differing, rel_diff_vs_mlx=round(rel, 6),
+                ok=not differing and rel < 2e-2)
+
+
+def check_attn():
+    for hq, hkv, d, length in ((6, 2, 64, 300), (16, 4, 256, 700), (32, 2, 128, 1100), (16, 2, 256, 64)):
+        for dtype in (mx.bfloat16, mx.float16, mx.float32):
+            key = mx.random.key(d + length)
+            kq, kk, kv = mx.random.split(key, 3)
+            t = 16
+            q = mx.random.normal((1, hq, t, d), key=kq).astype(dtype)
+            k = mx.random.normal((1, hkv, length, d), key=kk).astype(dtype)
+            v = mx.random.normal((1, hkv, length, d), key=kv).astype(dtype)
+            scale = d ** -0.5
+            block = attn(q, k, v, scale)
+            singles = mx.concatenate(
+                [attn(q[:, :, i:i + 1], k[:, :, :length - t + i + 1], v[:, :, :length - t + i + 1], scale)
+                 for i in range(t)], axis=2)
+            bad = int(mx.sum(mx.any(block != singles, axis=(0, 1, 3))).item())
+            ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask="causal")
+            diff = float(mx.abs(block.astype(mx.float32) - ref.astype(mx.float32)).max().item())
+            out(check="attn rows", heads=hq, kv_heads=hkv, head_dim=d, context=length,
+                dtype=str(dtype).split(".")[-1], queries_differing=bad, max_diff_vs_sdpa=round(diff, 6),
+                ok=bad == 0 and diff < (2e-2 if dtype != mx.float32 else 1e-4))
+
+
+def check_mlx_ops():
+    """The MLX ops a decode step and a verify share besides ours: are their
+    rows invariant too? (depthwise conv1d of the gated-delta layers, rms_norm)."""
+    for channels, taps in ((1024, 4), (8192, 4)):
+        w = mx.random.normal((channels, taps, 1), key=mx.random.key(7)).astype(mx.bfloat16)
+        x = mx.random.normal((1, taps - 1 + 16, channels), key=mx.random.key(8)).astype(mx.bfloat16)
+        block = mx.conv1d(x, w, groups=channels)
+        singles = mx.concatenate([mx.conv1d(x[:, i:i + taps], w, groups=channels) for i in range(16)], axis=1)
+        bad = int(mx.sum(mx.any(block != singles, axis=(0, 2))).item())
+        out(check="mlx conv1d rows", channels=channels, taps=taps, rows_differing=bad, ok=bad == 0)
+    for width in (384, 4096):
+        x = mx.random.normal((1, 16, width), key=mx.random.key(9)).astype(mx.bfloat16)
+        wt = mx.random.normal((width,), key=mx.random.key(10)).astype(mx.bfloat16)
+        block = mx.fast.rms_norm(x, wt, 1e-6)
+        singles = mx.concatenate([mx.fast.rms_norm(x[:, i:i + 1], wt, 1e-6) for i in range(16)], axis=1)
+        bad = int(mx.sum(mx.any(block != singles, axis=(0, 2))).item())
+        out(check="mlx rms_norm rows", width=width, rows_differing=bad, ok=bad == 0)
+
+
+def chained(make, reps=5, calls=64):
+    mx.eval(make()); mx.synchronize()
+    start = time.perf_counter()
+    for _ in range(reps):
+        mx.eval(make())
+    mx.synchronize()
+    return (time.perf_counter() - start) / reps / calls
+
+
+def speed_qmm(variants: bool):
+    picks = [s for s in SHAPES if s[0] == "9B"] + [s for s in SHAPES if s[0] == "35B-A3B" and "lm" not in s[1]][:3]
+    for model, layer, k, n in picks:
+        copies = []
+        for c in range(2 if n > 100_000 else 8):
+            wq, s, b = quantized(n, k, 4, 64, mx.bfloat16, 50 + c)
+            mx.eval(wq, s, b)
+            copies.append((wq, s, b))
+        nbytes = sum(a.nbytes for a in copies[0])
+        for m in (1, 16):
+            xs = [mx.random.normal((m, k), key=mx.random.key(i)).astype(mx.bfloat16) for i in range(64)]
+            mx.eval(xs)
+            t_mlx = chained(lambda: [mx.quantized_matmul(xs[i], *copies[i % len(copies)], transpose=True,
+                                                         group_size=64, bits=4) for i in range(64)])
+            row = dict(check="qmm speed", model=model, layer=layer, k=k, n=n, M=m,
+                       mlx_us=round(t_mlx * 1e6, 1), mlx_GBps=round(nbytes / t_mlx / 1e9, 1))
+            for variant in [None] + ([(1, 4), (2, 8), (4, 8), (1, 8), (2, 4)] if variants else []):
+                tiles, warps = variant or (None, None)
+                t_ours = chained(lambda: [qmm(xs[i], *copies[i % len(copies)], 4, 64, tiles, warps)
+                                          for i in range(64)])
+                label = "ours" if variant is None else f"nt{tiles}_w{warps}"
+                row[f"{label}_us"] = round(t_ours * 1e6, 1)
+                row[f"{label}_GBps"] = round(nbytes / t_ours / 1e9, 1)
+            out(**row)
+
+
+def speed_attn():
+    for hq, hkv, d in ((16, 4, 256), (6, 2, 64)):
+        for length in (1024, 8192):
+            for t in (1, 16):
+                q = mx.random.normal((1, hq, t, d)).astype(mx.bfloat16)
+                ks = [mx.random.normal((1, hkv, length, d)).astype(mx.bfloat16) for _ in range(4)]
+                mx.eval(q, ks)
+                mask = "causal" if t > 1 else None
+                t_sdpa = chained(lambda: [mx.fast.scaled_dot_product_attention(
+                    q, ks[i % 4], ks[(i + 1) % 4], scale=d ** -0.5, mask=mask) for i in range(64)])
+                t_ours = chained(lambda: [attn(q, ks[i % 4], ks[(i + 1) % 4], d ** -0.5) for i in range(64)])
+                out(check="attn speed", heads=hq, head_dim=d, context=length, queries=t,
+                    sdpa_us=round(t_sdpa * 1e6, 1), ours_us=round(t_ours * 1e6, 1))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="fewer quantization combinations")
+    parser.add_argument("--variants", action="store_true", help="time other (NT, WARPS) launches too")
+    parser.add_argument("--no-speed", action="store_true")
+    args = parser.parse_args()
+    out(device=str(mx.default_device()), mlx=mx.__version__)
+    for step in (lambda: check_qmm(args.quick), check_attn, check_mlx_ops) + (() if args.no_speed else
+                                                                (lambda: speed_qmm(args.variants), speed_attn)):
+        try:
+            step()
+        except Exception as error:  # a compile error names the kernel; keep going
+            out(check="error", error=str(error)[:3000], ok=False)
+    out(failed=len(FAILED))
+    sys.exit(1 if FAILED else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+//! Our own GPU kernels, launched through mlx-c's `mlx_fast_cuda_kernel_*` and
+//! `mlx_fast_metal_kernel_*` (mlx-rs wraps neither): one launcher for every
+//! kernel body in `kernels/` (kernels/README.md says how MLX wraps a body).
+//!
+//! Errors: if mlx-c refuses a call, its message goes to mlx-rs' error
+//! handler, which only mlx-rs itself can read, so the [`Exception`] names the
+//! step that failed. Kernel compile errors surface, with the compiler's log,
+//! when the outputs are evaluated.
+
+use mlx_rs::error::Exception;
+use mlx_rs::{Array, Dtype, Stream};
+use std::ffi::c_int;
+
+mod ffi;
+#[cfg(not(target_os = "macos"))]
+pub(crate) use ffi::Cuda as Active;
+pub(crate) use ffi::Kernel;
+pub(crate) use ffi::KernelApi;
+#[cfg(target_os = "macos")]
+pub(crate) use ffi::Metal as Active;
+use ffi::{c_string, ArrayVector, Config};
+#[cfg(test)]
+pub(crate) use ffi::{Cuda, Metal};
+
+/// A kernel body and the name it is registered under.
+pub(crate) struct Body {
+    pub name: &'static str,
+    pub source: &'static str,
+    hash: u64,
+}
+
+impl Body {
+    pub(crate) const fn new(name: &'static str, source: &'static str) -> Body {
+        Body {
+            name,
+            source,
+            hash: fnv1a(source),
+        }
+    }
+
+    /// MLX's name for the kernel, with a hash of its source: MLX caches
+    /// compiled CUDA kernels on disk by name alone (`MLX_PTX_CACHE_DIR`,
+    /// default `$TMPDIR/mlx/<version>/ptx`), so an edited source needs a new
+    /// name.
+    pub(crate) fn full_name(&self) -> String {
+        format!("flashbar_{}_{:016x}", self.name, self.hash)
+    }
+}
+
+/// FNV-1a, 64 bits, at compile time.
+const fn fnv1a(text: &str) -> u64 {
+    let bytes = text.as_bytes();
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let mut i = 0;
+    while i < bytes.len() {
+        hash = (hash ^ bytes[i] as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    hash
+}
+
+/// One kernel call.
+pub(crate) struct Launch<'a> {
+    pub body: &'a Body,
+    pub input_names: &'a [&'a str],
+    pub output_names: &'a [&'a str],
+    pub inputs: &'a [&'a Array],
+    pub outputs: &'a [(Vec<i32>, Dtype)],
+    /// Threads (not blocks) in x, y, z.
+    pub grid: [i32; 3],
+    pub group: [i32; 3],
+    pub template: &'a [(&'a str, i32)],
+}
+
+/// Runs `spec` on the current default (or scoped) stream, which must be a GPU one.
+pub(crate) fn launch(spec: &Launch) -> Result<Vec<Array>, Exception> {
+    let stream = Stream::thread_local_or_default();
+    if !on_gpu(&stream) {
+        return Err(Exception::custom(format!(
+            "{} kernel {}: runs only on a GPU stream (the current default device is not a GPU)",
+            Active::NAME,
+            spec.body.name
+        )));
+    }
+    launch_on::<Active>(spec, &stream)
+}
+
+pub(crate) fn launch_on<A: KernelApi>(
+    spec: &Launch,
+    stream: &Stream,
+) -> Result<Vec<Array>, Exception> {
+    let what = |step: &str| format!("{} kernel {}: {step}", A::NAME, spec.body.name);
+    let kernel = Kernel::<A>::new(spec.body, spec.input_names, spec.output_names)?;
+    let config = Config::<A>::new().ok_or_else(|| Exception::custom(what("no config")))?;
+    let check = |status: c_int, step: &str| {
+        if status == 0 {
+            Ok(())
+        } else {
+            Err(Exception::custom(what(&format!("{step} failed"))))
+        }
+    };
+    for (shape, dtype) in spec.outputs {
+        // SAFETY: `shape` outlives the call; mlx-c copies it.
+        let status =
+            unsafe { A::add_output_arg(config.0, shape.as_ptr(), shape.len(), mlx_dtype(*dtype)) };
+        check(status, "adding an output")?;
+    }
+    let ([gx, gy, gz], [tx, ty, tz]) = (spec.grid, spec.group);
+    // SAFETY: plain value arguments on a live config.
+    check(
+        unsafe { A::set_grid(config.0, gx, gy, gz) },
+        "setting the grid",
+    )?;
+    check(
+        unsafe { A::set_thread_group(config.0, tx, ty, tz) },
+        "setting the thread group",
+    )?;
+    for (arg, value) in spec.template {
+        let arg = c_string(arg)?;
+        // SAFETY: `arg` is a valid C string for the call; mlx-c copies it.
+        check(
+            unsafe { A::add_template_arg_int(config.0, arg.as_ptr(), *value) },
+            "adding a template argument",
+        )?;
+    }
+
+    let pointers: Vec<mlx_sys::mlx_array> = spec.inputs.iter().map(|a| a.as_ptr()).collect();
+    // SAFETY: the pointers are live arrays; the vector takes its own references.
+    let inputs = ArrayVector(unsafe {
+        mlx_sys::mlx_vector_array_new_data(pointers.as_ptr(), pointers.len())
+    });
+    // SAFETY: creates an empty vector that we own.
+    let mut outputs = ArrayVector(unsafe { mlx_sys::mlx_vector_array_new() });
+    // SAFETY: every handle is live; each kernel body checks its indices
+    // against the sizes of the buffers declared above.
+    let status = unsafe {
+        A::apply(
+            &mut outputs.0,
+            kernel.0,
+            inputs.0,
+            config.0,
+            stream.as_ptr(),
+        )
+    };
+    check(status, "launching")?;
+
+    // SAFETY: `outputs` is a live vector filled by the call above.
+    let count = unsafe { mlx_sys::mlx_vector_array_size(outputs.0) };
+    if count != spec.output_names.len() {
+        return Err(Exception::custom(what(&format!(
+            "returned {count} outputs, expected {}",
+            spec.output_names.len()
+        ))));
+    }
+    (0..count)
+        .map(|index| {
+            // SAFETY: `raw` is a fresh handle that the Array takes over (and
+            // frees, even when the get failed and left it empty).
+            let (array, status) = unsafe {
+                let mut raw = mlx_sys::mlx_array_new();
+                let status = mlx_sys::mlx_vector_array_get(&mut raw, outputs.0, index);
+                (Array::from_ptr(raw), status)
+            };
+            check(status, "reading an output")?;
+            Ok(array)
+        })
+        .collect()
+}
+
+fn mlx_dtype(dtype: Dtype) -> mlx_sys::mlx_dtype {
+    match dtype {
+        Dtype::Bfloat16 => mlx_sys::mlx_dtype__MLX_BFLOAT16,
+        Dtype::Float16 => mlx_sys::mlx_dtype__MLX_FLOAT16,
+        Dtype::Int32 => mlx_sys::mlx_dtype__MLX_INT32,
+        Dtype::Uint32 => mlx_sys::mlx_dtype__MLX_UINT32,
+        _ => mlx_sys::mlx_dtype__MLX_FLOAT32,
+    }
+}
+
+/// Whether `stream` runs on the GPU.
+fn on_gpu(stream: &Stream) -> bool {
+    // SAFETY: the device handle is created, filled and freed here.
+    unsafe {
+        let mut device = mlx_sys::mlx_device_new();
+        let mut kind = mlx_sys::mlx_device_type__MLX_CPU;
+        let known = mlx_sys::mlx_stream_get_device(&mut device, stream.as_ptr()) == 0
+            && mlx_sys::mlx_device_get_type(&mut kind, device) == 0;
+        mlx_sys::mlx_device_free(device);
+        known && kind == mlx_sys::mlx_device_type__MLX_GPU
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_change_with_the_source() {
+        let full = |source| Body::new("x", source).full_name();
+        assert_eq!(full("a"), full("a"));
+        assert_ne!(full("a"), full("b"));
+        assert!(full("any body")
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_'));
+    }
+
+    #[test]
+    fn output_dtypes_reach_mlx_as_named() {
+        assert_eq!(mlx_dtype(Dtype::Bfloat16), mlx_sys::mlx_dtype__MLX_BFLOAT16);
+        assert_eq!(mlx_dtype(Dtype::Float16), mlx_sys::mlx_dtype__MLX_FLOAT16);
+        assert_eq!(mlx_dtype(Dtype::Float32), mlx_sys::mlx_dtype__MLX_FLOAT32);
+        assert_eq!(mlx_dtype(Dtype::Uint32), mlx_sys::mlx_dtype__MLX_UINT32);
+    }
+}

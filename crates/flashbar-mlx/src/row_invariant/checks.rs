@@ -1,0 +1,147 @@
+//! `flashbar smoke`'s checks of the row-invariant kernels, on a GPU: rows of
+//! an M-row call against 1-row calls, bit for bit, and the kernels against
+//! MLX's own quantized matmul and attention within rounding.
+
+use super::{causal_attention, quantized_matmul};
+use crate::smoke::{seeded_values, CheckResult};
+use mlx_rs::error::Exception;
+use mlx_rs::fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask};
+use mlx_rs::ops::indexing::IndexOp;
+use mlx_rs::ops::{concatenate, quantize, quantized_matmul as mlx_quantized_matmul};
+use mlx_rs::{Array, Dtype};
+
+/// (inputs, outputs, bits, group) of the layers checked: the embedded
+/// pair's 8-bit shapes, the 9B's and the 35B-A3B's 4-bit ones (narrow).
+const QMM_SHAPES: [(i32, i32, i32, i32); 5] = [
+    (384, 768, 8, 64),
+    (1152, 384, 8, 64),
+    (4096, 1024, 4, 64),
+    (2048, 512, 4, 32),
+    (512, 2048, 8, 128),
+];
+const ROWS: [i32; 6] = [1, 2, 15, 16, 17, 32];
+
+fn values(seed: u64, shape: &[i32], dtype: Dtype) -> Result<Array, Exception> {
+    let count = shape.iter().product::<i32>() as usize;
+    Array::from_slice(&seeded_values(seed, count), shape).as_dtype(dtype)
+}
+
+/// Rows of `batch` that differ from `singles` (same shape, rows on `axis`).
+fn rows_differing(batch: &Array, singles: &Array, axis: i32) -> Result<f64, Exception> {
+    let other_axes: Vec<i32> = (0..batch.ndim() as i32).filter(|a| *a != axis).collect();
+    let differ = batch.ne(singles)?.any_axes(&other_axes, false)?;
+    item(&differ.as_dtype(Dtype::Float32)?.sum(None)?)
+}
+
+fn item(scalar: &Array) -> Result<f64, Exception> {
+    scalar
+        .try_item_exact::<f32>()
+        .map(f64::from)
+        .map_err(|e| Exception::custom(e.to_string()))
+}
+
+fn largest_relative(a: &Array, reference: &Array) -> Result<f64, Exception> {
+    let (a, r) = (
+        a.as_dtype(Dtype::Float32)?,
+        reference.as_dtype(Dtype::Float32)?,
+    );
+    let diff = item(&a.subtract(&r)?.abs()?.max(None)?)?;
+    let scale = item(&r.abs()?.max(None)?)?;
+    Ok(diff / scale.max(f64::MIN_POSITIVE))
+}
+
+/// Returns (rows differing, over every shape, dtype and M; largest
+/// difference from MLX relative to its largest value).
+pub(crate) fn qmm() -> Result<[CheckResult; 2], Exception> {
+    let (mut differing, mut versus_mlx) = (0.0, 0.0f64);
+    let mut output = Vec::new();
+    for (seed, (k, n, bits, group)) in QMM_SHAPES.into_iter().enumerate() {
+        for dtype in [Dtype::Bfloat16, Dtype::Float16] {
+            let seed = 2 * seed as u64 + u64::from(dtype == Dtype::Float16);
+            let w = values(100 + seed, &[n, k], Dtype::Float32)?.multiply(Array::from_f32(0.05))?;
+            let (wq, scales, biases) = quantize(&w.as_dtype(dtype)?, group, bits)?;
+            let x = values(200 + seed, &[32, k], dtype)?;
+            let singles = (0..32)
+                .map(|i| quantized_matmul(&x.index(i..i + 1), &wq, &scales, &biases, group, bits))
+                .collect::<Result<Vec<_>, _>>()?;
+            let singles = concatenate(&singles, 0)?;
+            for m in ROWS {
+                let batch = quantized_matmul(&x.index(..m), &wq, &scales, &biases, group, bits)?;
+                differing += rows_differing(&batch, &singles.index(..m), 0)?;
+            }
+            let reference = mlx_quantized_matmul(&x, &wq, &scales, &biases, true, group, bits)?;
+            versus_mlx = versus_mlx.max(largest_relative(&singles, &reference)?);
+            output.extend(crate::smoke::host_f32(&singles.index(..2))?);
+        }
+    }
+    Ok([
+        CheckResult {
+            name: "qmm_kernel_rows_invariant",
+            max_error: differing,
+            tolerance: 0.0,
+            cross_device_tolerance: f64::INFINITY,
+            output: Vec::new(),
+        },
+        CheckResult {
+            name: "qmm_kernel_vs_mlx",
+            max_error: versus_mlx,
+            // Weights dequantized to the activations' type before the tensor
+            // cores, against MLX's f32 dequantization: rounding only.
+            tolerance: 2e-2,
+            cross_device_tolerance: f64::INFINITY,
+            output,
+        },
+    ])
+}
+
+/// The same two checks for the causal attention kernel: each of 16 queries
+/// against a 1-query call over the cache cut after it.
+pub(crate) fn attention() -> Result<[CheckResult; 2], Exception> {
+    let (mut differing, mut versus_sdpa) = (0.0, 0.0f64);
+    for (seed, (heads, kv_heads, dim, length)) in
+        [(6, 2, 64, 300), (16, 4, 256, 530), (8, 8, 128, 40)]
+            .into_iter()
+            .enumerate()
+    {
+        for dtype in [Dtype::Bfloat16, Dtype::Float32] {
+            let seed = 10 * seed as u64 + u64::from(dtype == Dtype::Float32);
+            let t = 16;
+            let q = values(300 + seed, &[1, heads, t, dim], dtype)?;
+            let k = values(400 + seed, &[1, kv_heads, length, dim], dtype)?;
+            let v = values(500 + seed, &[1, kv_heads, length, dim], dtype)?;
+            let scale = (dim as f32).powf(-0.5);
+            let block = causal_attention(&q, &k, &v, scale)?;
+            let singles = (0..t)
+                .map(|i| {
+                    let upto = length - t + i + 1;
+                    causal_attention(
+                        &q.index((.., .., i..i + 1, ..)),
+                        &k.index((.., .., ..upto, ..)),
+                        &v.index((.., .., ..upto, ..)),
+                        scale,
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            differing += rows_differing(&block, &concatenate(&singles, 2)?, 2)?;
+            let mask = ScaledDotProductAttentionMask::Causal;
+            let reference = scaled_dot_product_attention(&q, &k, &v, scale, Some(mask), None)?;
+            versus_sdpa = versus_sdpa.max(largest_relative(&block, &reference)?);
+        }
+    }
+    Ok([
+        CheckResult {
+            name: "attention_kernel_rows_invariant",
+            max_error: differing,
+            tolerance: 0.0,
+            cross_device_tolerance: f64::INFINITY,
+            output: Vec::new(),
+        },
+        CheckResult {
+            name: "attention_kernel_vs_sdpa",
+            max_error: versus_sdpa,
+            tolerance: 2e-2,
+            cross_device_tolerance: f64::INFINITY,
+            output: Vec::new(),
+        },
+    ])
+}

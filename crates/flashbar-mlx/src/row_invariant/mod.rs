@@ -1,0 +1,262 @@
+//! Row-invariant CUDA kernels for decode steps and verified blocks: a
+//! quantized matmul and a causal attention whose row i of an M-row call is,
+//! bit for bit, the 1-row call on row i (docs/gpu.md, "Row-invariant
+//! kernels"). MLX's own kernels switch algorithm between one row and sixteen
+//! (its quantized matmul sums in another order from M = 16 on, its attention
+//! takes cuDNN for a block), so a verify could pick another token than a
+//! decode step at a near tie: DFlash would stop being lossless.
+//!
+//! Bodies: `kernels/cuda/qmm.cu`, `kernels/cuda/attn_rows.cu`. Only CUDA has
+//! them; [`available`] says where. Callers use them for at most [`MAX_ROWS`]
+//! rows (decode, verify) and MLX's kernels for longer inputs (prefill,
+//! shared by plain decoding and DFlash alike).
+
+use crate::custom_kernel::{self, Body, Launch};
+use crate::device::Backend;
+use mlx_rs::error::Exception;
+use mlx_rs::{Array, Dtype};
+
+pub(crate) mod checks;
+
+static QMM: Body = Body::new("qmm", include_str!("../../../../kernels/cuda/qmm.cu"));
+static ATTN: Body = Body::new(
+    "attn_rows",
+    include_str!("../../../../kernels/cuda/attn_rows.cu"),
+);
+
+/// The most rows (tokens) one call takes: two 16-row tiles of the tensor
+/// cores' instruction.
+pub const MAX_ROWS: i32 = 32;
+
+/// Threads per block of the attention kernel (its body assumes 256).
+const ATTN_THREADS: i32 = 256;
+
+/// Whether `backend` has these kernels (CUDA only; Metal and the CPU keep
+/// their own paths: the CPU's host kernels are row-invariant too).
+pub fn available(backend: Backend) -> bool {
+    backend == Backend::Cuda && cfg!(not(target_os = "macos"))
+}
+
+/// Whether [`quantized_matmul`] takes `x` (rows = every axis but the last)
+/// with these weights: bf16 or f16 activations with scales of that type,
+/// 4 or 8 bits, groups of 32, 64 or 128, at most [`MAX_ROWS`] rows.
+pub fn takes_quantized(x: &Array, scales: &Array, group_size: i32, bits: i32) -> bool {
+    let rows: i32 = x.shape()[..x.ndim().saturating_sub(1)].iter().product();
+    matches!(x.dtype(), Dtype::Bfloat16 | Dtype::Float16)
+        && scales.dtype() == x.dtype()
+        && matches!(bits, 4 | 8)
+        && matches!(group_size, 32 | 64 | 128)
+        && (1..=MAX_ROWS).contains(&rows)
+}
+
+/// How a weight of `n` output rows and `k` inputs is split over the GPU:
+/// `(tiles, warps)`, 8-column tiles per warp and warps per block (each warp
+/// takes every `warps`-th chunk of k). From the weight's shape only, never
+/// from the number of rows, so every M sums in the same order.
+/// `bench/gpu_kernels.py` mirrors this rule.
+pub fn qmm_launch(n: i32, k: i32, bits: i32) -> (i32, i32) {
+    let chunk = 4 * (128 / bits);
+    let chunks = (k + chunk - 1) / chunk;
+    let warps = (chunks / 2).clamp(1, 8);
+    let tiles = if n >= 2048 { 2 } else { 1 };
+    (tiles, warps)
+}
+
+/// `x W^T` for MLX's affine-quantized `w` (transposed, as `quantized_matmul`
+/// with `transpose = true`). Check [`takes_quantized`] first.
+pub fn quantized_matmul(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    biases: &Array,
+    group_size: i32,
+    bits: i32,
+) -> Result<Array, Exception> {
+    if !takes_quantized(x, scales, group_size, bits) {
+        return Err(Exception::custom(format!(
+            "qmm kernel: unsupported input {:?} {:?} with {bits}-bit groups of {group_size} \
+             and {:?} scales",
+            x.shape(),
+            x.dtype(),
+            scales.dtype()
+        )));
+    }
+    let shape = x.shape().to_vec();
+    let k = shape[shape.len() - 1];
+    let m: i32 = shape[..shape.len() - 1].iter().product();
+    let (n, words) = (w.shape()[0], w.shape()[1]);
+    if w.ndim() != 2 || words * (32 / bits) != k || k % group_size != 0 {
+        return Err(Exception::custom(format!(
+            "qmm kernel: weight {:?} does not fit {k} inputs at {bits} bits",
+            w.shape()
+        )));
+    }
+    let (tiles, warps) = qmm_launch(n, k, bits);
+    let blocks = (n + 8 * tiles - 1) / (8 * tiles);
+    let x2 = x.reshape(&[m, k])?;
+    let template = [
+        ("BITS", bits),
+        ("GS", group_size),
+        ("HALF", i32::from(x.dtype() == Dtype::Float16)),
+        ("NT", tiles),
+        ("WARPS", warps),
+        ("MT", if m <= 16 { 1 } else { 2 }),
+    ];
+    let y = single(custom_kernel::launch(&Launch {
+        body: &QMM,
+        input_names: &["x", "w", "scales", "biases"],
+        output_names: &["y"],
+        inputs: &[&x2, w, scales, biases],
+        outputs: &[(vec![m, n], x.dtype())],
+        grid: [blocks * 32 * warps, 1, 1],
+        group: [32 * warps, 1, 1],
+        template: &template,
+    })?)?;
+    let mut out_shape = shape;
+    *out_shape.last_mut().expect("x has an axis") = n;
+    y.reshape(&out_shape)
+}
+
+/// Whether [`causal_attention`] takes these queries `[B, Hq, T, D]`.
+pub fn takes_attention(queries: &Array, keys: &Array) -> bool {
+    let (q, k) = (queries.shape(), keys.shape());
+    q.len() == 4
+        && k.len() == 4
+        && (1..=MAX_ROWS).contains(&q[2])
+        && q[3] % 32 == 0
+        && ATTN_THREADS % q[3] == 0
+        && k[1] > 0
+        && q[1] % k[1] == 0
+        && k[2] >= q[2]
+        && matches!(
+            queries.dtype(),
+            Dtype::Float32 | Dtype::Bfloat16 | Dtype::Float16
+        )
+        && keys.dtype() == queries.dtype()
+}
+
+/// Causal attention of the T newest positions: `queries` `[B, Hq, T, D]`,
+/// `keys` and `values` `[B, Hkv, L, D]` (the whole cache, the T new
+/// positions last). Query i attends keys `0..=L-T+i`. Check
+/// [`takes_attention`] first.
+pub fn causal_attention(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    scale: f32,
+) -> Result<Array, Exception> {
+    if !takes_attention(queries, keys) || values.shape() != keys.shape() {
+        return Err(Exception::custom(format!(
+            "attention kernel: unsupported queries {:?} {:?} over keys {:?} and values {:?}",
+            queries.shape(),
+            queries.dtype(),
+            keys.shape(),
+            values.shape()
+        )));
+    }
+    let q = queries.shape();
+    let (rows, head_dim) = (q[0] * q[1] * q[2], q[3]);
+    let dtype = match queries.dtype() {
+        Dtype::Float32 => 0,
+        Dtype::Bfloat16 => 1,
+        _ => 2,
+    };
+    let scale = Array::from_slice(&[scale], &[1]);
+    let template = [
+        ("D", head_dim),
+        ("GROUP", q[1] / keys.shape()[1]),
+        ("DT", dtype),
+    ];
+    single(custom_kernel::launch(&Launch {
+        body: &ATTN,
+        input_names: &["q", "k", "v", "scale"],
+        output_names: &["out"],
+        inputs: &[queries, keys, values, &scale],
+        outputs: &[(q.to_vec(), queries.dtype())],
+        grid: [rows * ATTN_THREADS, 1, 1],
+        group: [ATTN_THREADS, 1, 1],
+        template: &template,
+    })?)
+}
+
+fn single(mut outputs: Vec<Array>) -> Result<Array, Exception> {
+    match (outputs.pop(), outputs.is_empty()) {
+        (Some(one), true) => Ok(one),
+        _ => Err(Exception::custom(
+            "a row-invariant kernel returned other than one output",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mlx_rs::ops::zeros;
+
+    /// The split is a function of the weight alone; this table is the one
+    /// `bench/gpu_kernels.py` (`launch_qmm`) reproduces on the GPU.
+    #[test]
+    fn the_launch_depends_on_the_weight_only() {
+        assert_eq!(qmm_launch(4096, 4096, 4), (2, 8));
+        assert_eq!(qmm_launch(768, 384, 8), (1, 3));
+        assert_eq!(qmm_launch(8, 384, 8), (1, 3));
+        assert_eq!(qmm_launch(2048, 512, 4), (2, 2));
+        assert_eq!(qmm_launch(248_320, 4096, 4), (2, 8));
+        assert_eq!(qmm_launch(128, 64, 8), (1, 1));
+    }
+
+    #[test]
+    fn inputs_outside_the_kernels_are_refused_not_launched() {
+        let x = zeros::<f32>(&[1, 1, 64]).unwrap();
+        let bf = x.as_dtype(Dtype::Bfloat16).unwrap();
+        let scales = zeros::<f32>(&[8, 1])
+            .unwrap()
+            .as_dtype(Dtype::Bfloat16)
+            .unwrap();
+        assert!(!takes_quantized(&x, &scales, 64, 4), "f32 activations");
+        assert!(takes_quantized(&bf, &scales, 64, 4));
+        assert!(!takes_quantized(&bf, &scales, 64, 3), "3 bits");
+        assert!(!takes_quantized(&bf, &scales, 16, 4), "groups of 16");
+        let many = zeros::<f32>(&[1, 33, 64])
+            .unwrap()
+            .as_dtype(Dtype::Bfloat16)
+            .unwrap();
+        assert!(!takes_quantized(&many, &scales, 64, 4), "33 rows");
+        let w = zeros::<u32>(&[8, 8]).unwrap();
+        let error = quantized_matmul(&x, &w, &scales, &scales, 64, 4).unwrap_err();
+        assert!(error.what().contains("unsupported"), "{}", error.what());
+
+        let q = zeros::<f32>(&[1, 6, 16, 64]).unwrap();
+        let k = zeros::<f32>(&[1, 2, 40, 64]).unwrap();
+        assert!(takes_attention(&q, &k));
+        assert!(
+            !takes_attention(&q, &zeros::<f32>(&[1, 4, 40, 64]).unwrap()),
+            "6 heads over 4"
+        );
+        assert!(
+            !takes_attention(&q, &zeros::<f32>(&[1, 2, 8, 64]).unwrap()),
+            "cache shorter than the block"
+        );
+        assert!(
+            !takes_attention(&zeros::<f32>(&[1, 6, 16, 80]).unwrap(), &k),
+            "head dim 80"
+        );
+    }
+
+    #[test]
+    fn a_cpu_stream_is_an_error_not_a_crash() {
+        mlx_rs::with_device(mlx_rs::Device::cpu(), || {
+            let x = zeros::<f32>(&[2, 64])
+                .unwrap()
+                .as_dtype(Dtype::Bfloat16)
+                .unwrap();
+            let scales = zeros::<f32>(&[8, 1])
+                .unwrap()
+                .as_dtype(Dtype::Bfloat16)
+                .unwrap();
+            let w = zeros::<u32>(&[8, 8]).unwrap();
+            let error = quantized_matmul(&x, &w, &scales, &scales, 64, 4).unwrap_err();
+            assert!(error.what().contains("GPU stream"), "{}", error.what());
+        });
+    }
+}
