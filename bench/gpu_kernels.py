@@ -25,6 +25,7 @@ Exit status 1 if any exactness check fails.
 """
 
 import argparse
+import faulthandler
 import json
 import sys
 import time
@@ -38,7 +39,11 @@ ATTN = (ROOT / "kernels/cuda/attn_rows.cu").read_text()
 FAILED = []
 
 
+START = time.perf_counter()
+
+
 def out(**row):
+    row["at_s"] = round(time.perf_counter() - START, 1)
     print(json.dumps(row), flush=True)
     if row.get("ok") is False:
         FAILED.append(row)
@@ -72,18 +77,18 @@ def qmm(x, w, scales, biases, bits, gs, tiles=None, warps=None):
     f = kernel("flashbar_qmm", QMM, ["x", "w", "scales", "biases"], ["y"])
     blocks = -(-n // (8 * nt))
     return f(inputs=[x, w, scales, biases],
-             template=[("BITS", bits), ("GS", gs), ("HALF", int(x.dtype == mx.float16)),
-                       ("NT", nt), ("WARPS", wp), ("MT", 1 if m <= 16 else 2)],
+             template=[("BITS", bits), ("HALF", int(x.dtype == mx.float16)), ("NT", nt),
+                       ("MT", 1 if m <= 16 else 2)],
                  grid=(blocks * 32 * wp, 1, 1), threadgroup=(32 * wp, 1, 1),
                  output_shapes=[(m, n)], output_dtypes=[x.dtype])[0]
 
 
-def attn(q, k, v, scale):
+def attn(q, k, v, scale, causal=True):
     b, hq, t, d = q.shape
     dt = {mx.float32: 0, mx.bfloat16: 1, mx.float16: 2}[q.dtype]
     f = kernel("flashbar_attn_rows", ATTN, ["q", "k", "v", "scale"], ["out"])
     return f(inputs=[q, k, v, mx.array([scale], dtype=mx.float32)],
-             template=[("D", d), ("GROUP", hq // k.shape[1]), ("DT", dt)],
+             template=[("D", d), ("GROUP", hq // k.shape[1]), ("DT", dt), ("CAUSAL", int(causal))],
              grid=(b * hq * t * 256, 1, 1), threadgroup=(256, 1, 1),
              output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
 
@@ -115,10 +120,10 @@ def quantized(n, k, bits, gs, dtype, seed):
 def check_qmm(quick: bool):
     combos = [(8, 64, mx.bfloat16), (4, 64, mx.bfloat16)]
     if not quick:
-        combos += [(4, 32, mx.bfloat16), (4, 128, mx.bfloat16), (8, 32, mx.float16), (4, 64, mx.float16),
-                   (8, 128, mx.bfloat16)]
-    for seed, (model, layer, k, n) in enumerate(SHAPES):
-        for bits, gs, dtype in combos:
+        combos += [(4, 32, mx.bfloat16), (4, 128, mx.bfloat16), (8, 128, mx.bfloat16), (8, 32, mx.float16),
+                   (4, 64, mx.float16)]
+    for bits, gs, dtype in combos:
+        for seed, (model, layer, k, n) in enumerate(SHAPES):
             if model == "embedded" and bits == 4 and quick:
                 continue
             wq, s, b = quantized(n, k, bits, gs, dtype, seed)
@@ -157,6 +162,15 @@ def check_attn():
             ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask="causal")
             diff = float(mx.abs(block.astype(mx.float32) - ref.astype(mx.float32)).max().item())
             out(check="attn rows", heads=hq, kv_heads=hkv, head_dim=d, context=length,
+                dtype=str(dtype).split(".")[-1], queries_differing=bad, max_diff_vs_sdpa=round(diff, 6),
+                ok=bad == 0 and diff < (2e-2 if dtype != mx.float32 else 1e-4))
+            # A drafted block: every query over every key.
+            block = attn(q, k, v, scale, causal=False)
+            singles = mx.concatenate([attn(q[:, :, i:i + 1], k, v, scale, causal=False) for i in range(t)], axis=2)
+            bad = int(mx.sum(mx.any(block != singles, axis=(0, 1, 3))).item())
+            ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
+            diff = float(mx.abs(block.astype(mx.float32) - ref.astype(mx.float32)).max().item())
+            out(check="attn rows, no mask", heads=hq, kv_heads=hkv, head_dim=d, context=length,
                 dtype=str(dtype).split(".")[-1], queries_differing=bad, max_diff_vs_sdpa=round(diff, 6),
                 ok=bad == 0 and diff < (2e-2 if dtype != mx.float32 else 1e-4))
 
@@ -236,6 +250,8 @@ def main():
     parser.add_argument("--variants", action="store_true", help="time other (NT, WARPS) launches too")
     parser.add_argument("--no-speed", action="store_true")
     args = parser.parse_args()
+    # Where a stuck run waits (a kernel, a compile), every 60 s.
+    faulthandler.dump_traceback_later(60, repeat=True)
     out(device=str(mx.default_device()), mlx=mx.__version__)
     for step in (lambda: check_qmm(args.quick), check_attn, check_mlx_ops) + (() if args.no_speed else
                                                                 (lambda: speed_qmm(args.variants), speed_attn)):

@@ -1,6 +1,7 @@
-// attn_rows: causal attention for the few queries of a decode step or a
-// verified block, each query row computed the same way whatever the number of
-// queries (docs/gpu.md, "Row-invariant kernels").
+// attn_rows: attention for the few queries of a decode step, a verified
+// block or a drafted block, each query row computed the same way whatever the
+// number of queries (docs/gpu.md, "Row-invariant kernels"), with no plan or
+// compiled variant per context length.
 //
 // A kernel BODY for MLX's fast::cuda_kernel (kernels/README.md). Parameters:
 //   const <T>* q      [B, HQ, T, D]   the T newest positions' queries (RoPE applied)
@@ -9,11 +10,13 @@
 //   (plus q's and k's shapes, added by MLX because the body names them)
 //   <T>* out          [B, HQ, T, D]
 // Template ints: D (head dim, a multiple of 32, at most 256), GROUP (query
-// heads per KV head), DT (0 f32, 1 bf16, 2 f16). B, HQ, T and L are run-time.
+// heads per KV head), DT (0 f32, 1 bf16, 2 f16), CAUSAL. B, HQ, T and L are
+// run-time.
 //
-// One block of 256 threads per (b, head, query). Query i sits at position
-// p = L - T + i and attends keys 0..p, exactly the keys a decode step at that
-// position sees. Every sum runs over absolute key indices in a fixed order:
+// One block of 256 threads per (b, head, query). CAUSAL: query i sits at
+// position p = L - T + i and attends keys 0..p, exactly the keys a decode step
+// at that position sees. Otherwise (a drafted block) every query attends all
+// L keys. Every sum runs over absolute key indices in a fixed order:
 // - pass 1: thread j takes keys j, j + 256, ...: scores (a sequential dot
 //   over D), their maximum (exact in any order);
 // - pass 2: tiles of 256 keys from key 0: each thread computes one
@@ -35,7 +38,7 @@ const int head = bh % HQ;
 const int b = bh / HQ;
 const int kv_head = head / GROUP;
 const int HKV = HQ / GROUP;
-const int pos = L - T + i;
+const int pos = CAUSAL ? L - T + i : L - 1;
 const int tid = threadIdx.x;
 
 auto load = [](const void* base, size_t idx) -> float {

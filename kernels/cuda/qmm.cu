@@ -8,11 +8,12 @@
 //   const uint32_t* w       [N, K * BITS / 32]  packed as MLX packs them
 //   const <T>* scales       [N, K / GS]
 //   const <T>* biases       [N, K / GS]
-//   (plus x's and w's shapes, added by MLX because the body names them)
+//   (plus x's, w's and scales' shapes, added by MLX because the body names them)
 //   <T>* y                  [M, N]
-// Template ints: BITS (4 | 8), GS (32 | 64 | 128), HALF, NT (8-column tiles
-// per warp), WARPS (warps per block, splitting K), MT (16-row tiles: M <= 16
-// or M <= 32). M, K and N are run-time values.
+// Template ints: BITS (4 | 8), HALF, NT (8-column tiles per warp), MT (16-row
+// tiles: M <= 16 or M <= 32). Run-time: M, K, N, the group size K / groups
+// (32, 64 or 128) and the block's warps (1..8, splitting K), so that a model
+// needs few compiled variants (MLX compiles each on first use, seconds each).
 //
 // The product runs on the tensor cores (mma.sync m16n8k16, f32 accumulate):
 // a warp computes a 16-row x 8-column tile per instruction, and rows past M
@@ -26,8 +27,8 @@
 // Why rows do not depend on M: one output element is the sum, per mma, of its
 // own row of A times one column of B, added to its accumulator; which rows
 // exist changes which A registers hold zeros, never the instructions, their
-// order, or the k split. WARPS and NT are chosen from the weight's shape only
-// (flashbar_mlx::gpu_kernels::qmm), and the partial sums of the block's warps
+// order, or the k split. The warps and NT are chosen from the weight's shape only
+// (flashbar_mlx::row_invariant::qmm_launch), and the partial sums of the block's warps
 // are added in warp order. M = 17..32 runs a second 16-row tile beside the
 // first with the same instructions.
 //
@@ -40,11 +41,15 @@ constexpr int MMAS = VALS / 4;          // instructions per load
 constexpr int PER_WORD = 32 / BITS;     // values per packed word
 constexpr unsigned int MASK = (1u << BITS) - 1u;
 
+constexpr int MAX_WARPS = 8;
+
 const int M = x_shape[0];
 const int K = x_shape[1];
 const int N = w_shape[0];
 const int KW = K / PER_WORD;
-const int G = K / GS;
+const int G = scales_shape[1];
+const int GS = K / G;
+const int warps = blockDim.x >> 5;
 
 const int lane = threadIdx.x & 31;
 const int warp = threadIdx.x >> 5;
@@ -90,7 +95,7 @@ for (int mt = 0; mt < MT; ++mt)
     for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
 
 const int chunks = (K + CHUNK - 1) / CHUNK;
-for (int c = warp; c < chunks; c += WARPS) {
+for (int c = warp; c < chunks; c += warps) {
   const int k0 = c * CHUNK + t * VALS;
   const bool live = k0 < K;
 
@@ -168,7 +173,7 @@ auto store = [&](int mt, int nt, int e, int at_lane, float v) {
   if (row < M && col < N) ys[(size_t)row * N + col] = from_float(v);
 };
 
-if constexpr (WARPS == 1) {
+if (warps == 1) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -178,7 +183,7 @@ if constexpr (WARPS == 1) {
 } else {
   // The warps' partial sums, added in warp order.
   constexpr int PER_WARP = MT * NT * 4 * 32;
-  __shared__ float partial[WARPS * PER_WARP];
+  __shared__ float partial[MAX_WARPS * PER_WARP];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -187,10 +192,9 @@ if constexpr (WARPS == 1) {
       for (int e = 0; e < 4; ++e)
         partial[warp * PER_WARP + ((mt * NT + nt) * 4 + e) * 32 + lane] = acc[mt][nt][e];
   __syncthreads();
-  for (int idx = threadIdx.x; idx < PER_WARP; idx += WARPS * 32) {
+  for (int idx = threadIdx.x; idx < PER_WARP; idx += warps * 32) {
     float v = partial[idx];
-#pragma unroll
-    for (int other = 1; other < WARPS; ++other) v = __fadd_rn(v, partial[other * PER_WARP + idx]);
+    for (int other = 1; other < warps; ++other) v = __fadd_rn(v, partial[other * PER_WARP + idx]);
     const int at_lane = idx & 31;
     const int e = (idx >> 5) & 3;
     const int tile = idx >> 7;

@@ -15,9 +15,10 @@ use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::dflash_config::DrafterConfig;
 use crate::error::{ModelError, Result};
-use crate::nn::linear::{Linear, Weights};
+use crate::nn::linear::{row_kernels, Linear, Weights};
 use crate::nn::mlp::Mlp;
 use crate::Model;
+use flashbar_mlx::row_invariant;
 use mlx_rs::fast::{rms_norm, rope, scaled_dot_product_attention, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{concatenate, tanh};
@@ -51,6 +52,10 @@ struct DraftAttention {
     head_dim: i32,
     window: Option<i32>,
     causal: bool,
+    /// Unmasked blocks through our CUDA attention kernel: MLX's block
+    /// attention builds a cuDNN plan for every new context length, and each
+    /// round's is new (docs/gpu.md).
+    row_kernel: bool,
 }
 
 /// One layer's context keys/values `[B, kv_heads, rows, head_dim]`; the rows
@@ -98,6 +103,7 @@ impl Drafter {
                     head_dim: config.head_dim as i32,
                     window: config.window(i).map(|w| w as i32),
                     causal: config.causal(i),
+                    row_kernel: row_kernels(),
                 },
                 mlp: Mlp::load(&mut weights, &format!("{p}.mlp"))?,
                 input_layernorm: weights.take(&format!("{p}.input_layernorm.weight"))?,
@@ -275,14 +281,20 @@ impl DraftAttention {
         let values = concatenate(&[&ctx_values, &block_values], 2)?;
         let mask = self.mask(l, ctx_len)?;
         let scale = (self.head_dim as f32).powf(-0.5);
-        let out = scaled_dot_product_attention(
-            &queries,
-            &keys,
-            &values,
-            scale,
-            mask.as_ref().map(ScaledDotProductAttentionMask::Array),
-            None,
-        )?;
+        let out =
+            if mask.is_none() && self.row_kernel && row_invariant::takes_attention(&queries, &keys)
+            {
+                row_invariant::full_attention(&queries, &keys, &values, scale)?
+            } else {
+                scaled_dot_product_attention(
+                    &queries,
+                    &keys,
+                    &values,
+                    scale,
+                    mask.as_ref().map(ScaledDotProductAttentionMask::Array),
+                    None,
+                )?
+            };
         // Keep what the next round can still see.
         let keep = self.window.map_or(ctx_len, |w| ctx_len.min(w - 1));
         kv.keys = Some(ctx_keys.index((.., .., (ctx_len - keep)..)));

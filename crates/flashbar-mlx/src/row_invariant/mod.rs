@@ -94,12 +94,12 @@ pub fn quantized_matmul(
     let (tiles, warps) = qmm_launch(n, k, bits);
     let blocks = (n + 8 * tiles - 1) / (8 * tiles);
     let x2 = x.reshape(&[m, k])?;
+    // The group size and the warps are run-time values of the kernel, read
+    // from the scales' shape and the block's size.
     let template = [
         ("BITS", bits),
-        ("GS", group_size),
         ("HALF", i32::from(x.dtype() == Dtype::Float16)),
         ("NT", tiles),
-        ("WARPS", warps),
         ("MT", if m <= 16 { 1 } else { 2 }),
     ];
     let y = single(custom_kernel::launch(&Launch {
@@ -145,6 +145,29 @@ pub fn causal_attention(
     values: &Array,
     scale: f32,
 ) -> Result<Array, Exception> {
+    attention(queries, keys, values, scale, true)
+}
+
+/// Attention of T queries over all L keys (a drafted block over its
+/// context and itself): the same kernel without the causal cut, so a new
+/// context length costs no plan and no compile. Check [`takes_attention`]
+/// first.
+pub fn full_attention(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    scale: f32,
+) -> Result<Array, Exception> {
+    attention(queries, keys, values, scale, false)
+}
+
+fn attention(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    scale: f32,
+    causal: bool,
+) -> Result<Array, Exception> {
     if !takes_attention(queries, keys) || values.shape() != keys.shape() {
         return Err(Exception::custom(format!(
             "attention kernel: unsupported queries {:?} {:?} over keys {:?} and values {:?}",
@@ -166,6 +189,7 @@ pub fn causal_attention(
         ("D", head_dim),
         ("GROUP", q[1] / keys.shape()[1]),
         ("DT", dtype),
+        ("CAUSAL", i32::from(causal)),
     ];
     single(custom_kernel::launch(&Launch {
         body: &ATTN,
