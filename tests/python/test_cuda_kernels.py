@@ -1,0 +1,110 @@
+"""Our CUDA kernel bodies (kernels/cuda/*.cu) compile, on a machine without a
+GPU: each is wrapped the way MLX's `fast::cuda_kernel` wraps it (a
+`__global__` function whose parameters come from the input and output names,
+an `<input>_shape` parameter for each such name in the body, the template
+arguments as `constexpr int`s) and compiled with NVRTC for sm_90 (the H200)
+down to machine code, so inline PTX is checked too. A compile error found
+here costs seconds; found on the GPU machine it costs device time.
+
+The template arguments are the ones the Rust side passes
+(flashbar_mlx::row_invariant, flashbar_mlx::gdn_kernels), every combination
+a model can ask for.
+"""
+
+import ctypes
+import itertools
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNELS = ROOT / "kernels/cuda"
+
+if sys.platform != "linux":
+    pytest.skip("NVRTC's wheel (tests/python/requirements.txt) is Linux-only", allow_module_level=True)
+
+import nvidia  # noqa: E402  (the nvidia-cuda-nvrtc and -runtime wheels)
+
+CU13 = Path(list(nvidia.__path__)[0]) / "cu13"
+
+PREAMBLE = """
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+typedef unsigned int uint32_t;
+typedef int int32_t;
+struct Shape { int v[8]; __device__ int operator[](int i) const { return v[i]; } };
+"""
+CTYPES = {"f32": "float", "bf16": "__nv_bfloat16", "f16": "__half", "u32": "uint32_t", "i32": "int32_t"}
+
+
+def nvrtc():
+    # libnvrtc loads its builtins library by name, from the same folder.
+    ctypes.CDLL(str(CU13 / "lib/libnvrtc-builtins.so.13.0"), mode=ctypes.RTLD_GLOBAL)
+    return ctypes.CDLL(str(CU13 / "lib/libnvrtc.so.13"))
+
+
+def wrap(body: str, inputs, outputs, template) -> str:
+    params = []
+    for name, dtype in inputs:
+        params.append(f"const {CTYPES[dtype]}* {name}")
+        if f"{name}_shape" in body:
+            params.append(f"const __grid_constant__ Shape {name}_shape")
+        assert f"{name}_strides" not in body and f"{name}_ndim" not in body, name
+    params += [f"{CTYPES[dtype]}* {name}" for name, dtype in outputs]
+    constants = "".join(f"  constexpr int {key} = {value};\n" for key, value in template)
+    return (PREAMBLE + "namespace mlx::core::cu {\n__global__ void kernel(" + ", ".join(params) + ") {\n"
+            + constants + body + "\n}\n}\n")
+
+
+def compile_ok(lib, source: str) -> str:
+    """'' when NVRTC compiles `source` to sm_90 machine code, else its log."""
+    program = ctypes.c_void_p()
+    assert lib.nvrtcCreateProgram(ctypes.byref(program), source.encode(), b"kernel.cu", 0, None, None) == 0
+    options = [f"-I{CU13 / 'include'}".encode(), b"--gpu-architecture=sm_90", b"-std=c++17"]
+    status = lib.nvrtcCompileProgram(program, len(options), (ctypes.c_char_p * len(options))(*options))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(program, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(program, log)
+    lib.nvrtcDestroyProgram(ctypes.byref(program))
+    text = log.value.decode(errors="replace").strip()
+    return "" if status == 0 and not text else f"status {status}: {text}"
+
+
+def variants():
+    qmm = (KERNELS / "qmm.cu").read_text()
+    for bits, half, tiles, row_tiles in itertools.product((4, 8), (0, 1), (1, 2), (1, 2)):
+        t = "f16" if half else "bf16"
+        yield (f"qmm bits={bits} half={half} NT={tiles} MT={row_tiles}", qmm,
+               [("x", t), ("w", "u32"), ("scales", t), ("biases", t)], [("y", t)],
+               [("BITS", bits), ("HALF", half), ("NT", tiles), ("MT", row_tiles)])
+    attn = (KERNELS / "attn_rows.cu").read_text()
+    for dim, dt, causal in itertools.product((64, 256), (0, 1, 2), (0, 1)):
+        t = ("f32", "bf16", "f16")[dt]
+        yield (f"attn_rows D={dim} DT={dt} CAUSAL={causal}", attn,
+               [("q", t), ("k", t), ("v", t), ("scale", "f32")], [("out", t)],
+               [("D", dim), ("GROUP", 4), ("DT", dt), ("CAUSAL", causal)])
+    gdn = [("HK", 4), ("HV", 8), ("DK", 64), ("DV", 64)]
+    yield ("gdn_record", (KERNELS / "gdn_record.cu").read_text(),
+           [(n, "f32") for n in ("q", "k", "v", "g", "beta", "state")],
+           [("y", "f32"), ("state_out", "f32"), ("delta", "f32")], gdn)
+    yield ("gdn_replay", (KERNELS / "gdn_replay.cu").read_text(),
+           [("state0", "f32"), ("k", "f32"), ("g", "f32"), ("delta", "f32"), ("n_steps", "i32")],
+           [("state_out", "f32")], gdn)
+
+
+def test_every_cuda_kernel_body_compiles_for_the_h200():
+    lib = nvrtc()
+    failures = {}
+    for label, body, inputs, outputs, template in variants():
+        log = compile_ok(lib, wrap(body, inputs, outputs, template))
+        if log:
+            failures[label] = log[:2000]
+    assert not failures, failures
+
+
+def test_a_broken_body_is_reported():
+    # The check can fail: an undefined name is a compile error, with a log.
+    log = compile_ok(nvrtc(), wrap("y[0] = undefined_name;", [], [("y", "f32")], []))
+    assert "undefined_name" in log
