@@ -95,7 +95,10 @@ test("the metrics chart has a point per round", async () => {
   const points = Number(await canvas.getAttribute("data-points"));
   assert.ok(points > 0, `accept-chart has ${points} points`);
   const summary = await driver.findElement(byTest("metrics-summary")).getText();
-  assert.match(summary, new RegExp(`^${points} rounds`), summary);
+  assert.match(summary, new RegExp(`^${points} rounds \\(\\d+ plain\\)`), summary);
+  // The headline: time saved or lost against plain decoding, in one number.
+  const saved = await driver.findElement(byTest("metrics-saved")).getText();
+  assert.match(saved, /^(?:(?:saved|lost) \d+(?:\.\d+)? m?s vs plain decoding \(\d+\.\d\d× overall\)|time saved: not measured yet)$/, saved);
   chatPoints = points;
   await shot("metrics");
 });

@@ -1,7 +1,8 @@
 // The metrics panel: live charts (Chart.js) of every decoding round —
-// accept length and block size, realized speedup against plain decoding
-// (the measured AR speed is 1×) and tok/s, and the speedup gate's and the
-// thermal state over time.
+// accept length and block size, realized speedup of DFlash rounds against
+// plain decoding (the measured AR speed is 1×; plain rounds are their own
+// grey points) and tok/s, and the speedup gate's and the thermal state over
+// time. The headline is the time saved or lost against plain decoding.
 import {
   CategoryScale,
   Chart,
@@ -15,7 +16,7 @@ import {
 } from "chart.js";
 import type { RoundEvent } from "../api";
 import { el } from "../dom";
-import { addRound, emptySeries, summarize, type Series } from "./series";
+import { addRound, emptySeries, savedText, summarize, type Series } from "./series";
 
 Chart.register(CategoryScale, LinearScale, LineController, LineElement, PointElement, Legend, Tooltip);
 
@@ -31,6 +32,7 @@ export class MetricsView {
   readonly root = el("section", { class: "metrics", "data-testid": "metrics" });
   private series: Series = emptySeries();
   private charts: Chart[] = [];
+  private headline = el("p", { class: "headline", "data-testid": "metrics-saved" });
   private summary = el("p", { class: "summary", "data-testid": "metrics-summary" });
   private dirty = false;
 
@@ -40,7 +42,7 @@ export class MetricsView {
       this.series = emptySeries();
       this.refresh();
     });
-    this.root.append(el("div", { class: "bar" }, this.summary, clear));
+    this.root.append(el("div", { class: "bar" }, el("div", {}, this.headline, this.summary), clear));
     const { text, grid } = palette();
     Chart.defaults.color = text;
     Chart.defaults.borderColor = grid;
@@ -61,7 +63,8 @@ export class MetricsView {
       data: {
         labels: [],
         datasets: [
-          { label: "speedup (×)", data: [], borderColor: "#16a34a", backgroundColor: "#16a34a", yAxisID: "y", pointRadius: 2, spanGaps: true },
+          { label: "DFlash round speedup (×)", data: [], borderColor: "#16a34a", backgroundColor: "#16a34a", yAxisID: "y", pointRadius: 2, spanGaps: true },
+          { label: "plain decoding rounds", data: [], borderColor: "#71717a", backgroundColor: "#71717a", yAxisID: "y", pointRadius: 3, pointStyle: "rectRot", showLine: false },
           { label: "plain decoding (measured AR) = 1×", data: [], borderColor: "#a1a1aa", borderDash: [2, 2], yAxisID: "y", pointRadius: 0 },
           { label: "tok/s", data: [], borderColor: "#0ea5e9", backgroundColor: "#0ea5e9", yAxisID: "tps", pointRadius: 1 },
         ],
@@ -130,8 +133,9 @@ export class MetricsView {
     accept.data.datasets[1].data = s.blockSize;
     speed.data.labels = s.rounds;
     speed.data.datasets[0].data = s.speedup;
-    speed.data.datasets[1].data = s.rounds.map(() => 1);
-    speed.data.datasets[2].data = s.tokensPerSecond;
+    speed.data.datasets[1].data = s.plain;
+    speed.data.datasets[2].data = s.rounds.map(() => 1);
+    speed.data.datasets[3].data = s.tokensPerSecond;
     state.data.labels = s.rounds;
     state.data.datasets[0].data = s.gate as unknown as number[];
     state.data.datasets[1].data = s.thermal as unknown as number[];
@@ -141,8 +145,9 @@ export class MetricsView {
       chart.canvas.dataset.points = String(chart.data.datasets[0].data.length);
     }
     const sum = summarize(s);
+    this.headline.textContent = sum.rounds ? savedText(sum.saved) : "";
     this.summary.textContent = sum.rounds
-      ? `${sum.rounds} rounds · mean accept ${sum.meanAccept.toFixed(2)} · speedup ${sum.meanSpeedup === null ? "not measured yet" : `${sum.meanSpeedup.toFixed(2)}×`} · gate ${sum.lastGate} · thermal ${sum.lastThermal}`
+      ? `${sum.rounds} rounds (${sum.plainRounds} plain) · mean accept ${sum.meanAccept.toFixed(2)} · gate ${sum.lastGate} · thermal ${sum.lastThermal}`
       : "No rounds yet: chat with the model and watch them arrive.";
   }
 }
