@@ -2,6 +2,12 @@
 //! it) and takes jobs from a bounded FIFO queue, so requests are served
 //! fairly in arrival order; a full queue is refused at once (429). Each job
 //! streams [`Event`]s back to its async handler over a channel.
+//!
+//! Idle unload ([`Worker::spawn_unloading`]): after a stretch with no job
+//! the thread drops the model and MLX's buffer cache, and the next job
+//! loads it again before it runs (its `Started` event says how long that
+//! took). Unloading and reloading happen on the engine thread between jobs,
+//! so a request that arrives meanwhile simply waits in the queue.
 
 use crate::api::Outcome;
 use crate::error::ApiError;
@@ -10,9 +16,11 @@ use flashbar_engine::{
     Speculation,
 };
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::fmt::Display;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 /// Requests that may wait for the engine by default.
@@ -58,6 +66,9 @@ pub enum Event {
     /// The request passed the engine's checks and generation began.
     Started {
         prompt_tokens: usize,
+        /// The model had been unloaded while idle and was loaded again
+        /// for this request, taking this long.
+        reloaded_ms: Option<u64>,
     },
     Text(String),
     Done(Box<Outcome>),
@@ -83,6 +94,8 @@ struct Job {
 pub struct Activity {
     pub queued: usize,
     pub busy: bool,
+    /// The model is in memory (false once unloaded while idle).
+    pub loaded: bool,
 }
 
 impl Activity {
@@ -99,6 +112,92 @@ struct State {
     queued: AtomicUsize,
     /// The most `queued` has been since the worker started.
     queued_peak: AtomicUsize,
+    loaded: AtomicBool,
+    /// Milliseconds without a job before the model is unloaded; 0: never.
+    idle_unload_ms: AtomicU64,
+}
+
+impl State {
+    fn idle_unload(&self) -> Option<Duration> {
+        match self.idle_unload_ms.load(Ordering::SeqCst) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+}
+
+/// The engine thread's model: loaded at start, dropped after an idle
+/// stretch, loaded again by the next job.
+struct Resident<B, F> {
+    backend: Option<B>,
+    load: F,
+}
+
+impl<B, E: Display, F: FnMut() -> Result<B, E>> Resident<B, F> {
+    /// The model, loading it first if it was unloaded (with the time that took).
+    fn get(&mut self, state: &State) -> Result<(&B, Option<u64>), String> {
+        let mut reloaded_ms = None;
+        if self.backend.is_none() {
+            let started = Instant::now();
+            let backend = (self.load)().map_err(|e| format!("reloading the model failed: {e}"))?;
+            let ms = started.elapsed().as_millis() as u64;
+            tracing::info!(ms, "model reloaded after an idle unload");
+            self.backend = Some(backend);
+            state.loaded.store(true, Ordering::SeqCst);
+            reloaded_ms = Some(ms);
+        }
+        match &self.backend {
+            Some(backend) => Ok((backend, reloaded_ms)),
+            None => Err("the model is not loaded".into()),
+        }
+    }
+
+    /// Drops the model and the buffers MLX keeps for reuse.
+    fn release(&mut self, state: &State) {
+        if self.backend.take().is_some() {
+            state.loaded.store(false, Ordering::SeqCst);
+            if let Err(error) = mlx_rs::memory::clear_cache() {
+                tracing::info!("clearing MLX's cache after an idle unload: {error}");
+            }
+            tracing::info!("model unloaded after an idle stretch");
+        }
+    }
+}
+
+/// The next job; None once the queue is closed. While the model is loaded
+/// and an idle unload is set, waits at most that long, then releases it.
+fn next_job<B, E: Display, F: FnMut() -> Result<B, E>>(
+    queue: &Receiver<Job>,
+    state: &State,
+    resident: &mut Resident<B, F>,
+) -> Option<Job> {
+    loop {
+        let idle = state.idle_unload().filter(|_| resident.backend.is_some());
+        let Some(idle) = idle else {
+            return queue.recv().ok();
+        };
+        match queue.recv_timeout(idle) {
+            Ok(job) => return Some(job),
+            Err(RecvTimeoutError::Timeout) => resident.release(state),
+            Err(RecvTimeoutError::Disconnected) => return None,
+        }
+    }
+}
+
+/// Only the first load of [`Worker::spawn`]'s one-shot loader exists: that
+/// worker never unloads, so never loads again.
+enum Once<E> {
+    First(E),
+    Again,
+}
+
+impl<E> Display for Once<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Once::First(_) => "the model could not be loaded",
+            Once::Again => "this worker loads its model once",
+        })
+    }
 }
 
 /// Handle to the worker thread; cheap to share (`Arc`). Dropping the last
@@ -124,12 +223,38 @@ impl Drop for CancelOnDrop {
 
 impl Worker {
     /// Starts the worker thread and loads the model ON it (so the model
-    /// never crosses threads); returns once loading finished.
+    /// never crosses threads); returns once loading finished. The model
+    /// stays loaded for the worker's life.
     pub fn spawn<B, E, F>(capacity: usize, load: F) -> Result<Worker, E>
     where
         B: Backend + 'static,
         E: Send + 'static,
         F: FnOnce() -> Result<B, E> + Send + 'static,
+    {
+        let mut load = Some(load);
+        let once = move || match load.take() {
+            Some(load) => load().map_err(Once::First),
+            None => Err(Once::Again),
+        };
+        Self::spawn_unloading(capacity, None, once).map_err(|error| match error {
+            Once::First(error) => error,
+            // The first call of `once` is its only one.
+            Once::Again => unreachable!("the first load is the first call"),
+        })
+    }
+
+    /// [`Worker::spawn`] with idle unload: after `idle_unload` without a job
+    /// (None: never; [`Worker::set_idle_unload`] changes it later) the model
+    /// is dropped, and `load` runs again for the next job.
+    pub fn spawn_unloading<B, E, F>(
+        capacity: usize,
+        idle_unload: Option<Duration>,
+        mut load: F,
+    ) -> Result<Worker, E>
+    where
+        B: Backend + 'static,
+        E: Display + Send + 'static,
+        F: FnMut() -> Result<B, E> + Send + 'static,
     {
         let (jobs, queue) = sync_channel::<Job>(capacity.max(1));
         let (loaded_tx, loaded_rx) = std::sync::mpsc::channel::<Result<usize, E>>();
@@ -140,6 +265,7 @@ impl Worker {
             .spawn(move || {
                 let backend = match load() {
                     Ok(backend) => {
+                        thread_state.loaded.store(true, Ordering::SeqCst);
                         let _ = loaded_tx.send(Ok(backend.context_length()));
                         backend
                     }
@@ -148,13 +274,23 @@ impl Worker {
                         return;
                     }
                 };
-                while let Ok(job) = queue.recv() {
+                let mut resident = Resident {
+                    backend: Some(backend),
+                    load,
+                };
+                while let Some(job) = next_job(&queue, &thread_state, &mut resident) {
                     // Busy first, then out of the queue: a job in hand is
                     // never counted in neither (see `Activity`).
                     thread_state.busy.store(true, Ordering::SeqCst);
                     thread_state.queued.fetch_sub(1, Ordering::SeqCst);
                     if !(job.cancel.is_cancelled() || job.events.is_closed()) {
-                        run(&backend, job); // else its client left while it waited
+                        // Else its client left while it waited.
+                        match resident.get(&thread_state) {
+                            Ok((backend, reloaded_ms)) => run(backend, job, reloaded_ms),
+                            Err(message) => {
+                                let _ = job.events.send(Event::Failed(ApiError::internal(message)));
+                            }
+                        }
                     }
                     thread_state.busy.store(false, Ordering::SeqCst);
                 }
@@ -168,13 +304,22 @@ impl Worker {
             }
             Err(_) => panic!("the engine thread died while loading"),
         };
-        Ok(Worker {
+        let worker = Worker {
             jobs: Some(jobs),
             thread: Some(thread),
             state,
             capacity,
             context_length,
-        })
+        };
+        worker.set_idle_unload(idle_unload);
+        Ok(worker)
+    }
+
+    /// Changes how long the model may sit idle before it is unloaded
+    /// (None: never); takes effect from the next wait for a job.
+    pub fn set_idle_unload(&self, idle_unload: Option<Duration>) {
+        let ms = idle_unload.map_or(0, |d| (d.as_millis() as u64).max(1));
+        self.state.idle_unload_ms.store(ms, Ordering::SeqCst);
     }
 
     /// Queues a generation; its events come on the returned channel.
@@ -238,7 +383,12 @@ impl Worker {
     pub fn activity(&self) -> Activity {
         let queued = self.state.queued.load(Ordering::SeqCst);
         let busy = self.state.busy.load(Ordering::SeqCst);
-        Activity { queued, busy }
+        let loaded = self.state.loaded.load(Ordering::SeqCst);
+        Activity {
+            queued,
+            busy,
+            loaded,
+        }
     }
 
     /// Whether a generation is running now.
@@ -311,7 +461,7 @@ impl Sink for ChannelSink<'_> {
     }
 }
 
-fn run(backend: &dyn Backend, mut job: Job) {
+fn run(backend: &dyn Backend, mut job: Job, reloaded_ms: Option<u64>) {
     let mut observer = job.observer.take();
     let events = &job.events;
     let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Outcome, ApiError> {
@@ -339,6 +489,7 @@ fn run(backend: &dyn Backend, mut job: Job) {
         }
         let _ = events.send(Event::Started {
             prompt_tokens: prompt.len(),
+            reloaded_ms,
         });
         let mut sink = ChannelSink {
             events,
@@ -361,235 +512,4 @@ fn run(backend: &dyn Backend, mut job: Job) {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use flashbar_engine::{FinishReason, Totals};
-
-    /// Echoes the prompt's words, one token per word, slowly when asked.
-    pub struct EchoBackend {
-        pub delay: std::time::Duration,
-    }
-
-    impl Backend for EchoBackend {
-        fn context_length(&self) -> usize {
-            64
-        }
-        fn has_drafter(&self) -> bool {
-            false
-        }
-        fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
-            Ok(match prompt {
-                Prompt::Text(text) => text.split_whitespace().map(|_| 1).collect(),
-                Prompt::Messages(m) => m.iter().map(|_| 1).collect(),
-            })
-        }
-        fn generate(
-            &self,
-            request: &GenerateRequest,
-            sink: &mut dyn Sink,
-            cancel: &CancelToken,
-        ) -> Result<Generation, EngineError> {
-            let mut text = String::new();
-            let mut finish = FinishReason::Length;
-            for i in 0..request.max_tokens {
-                if cancel.is_cancelled() {
-                    finish = FinishReason::Cancelled;
-                    break;
-                }
-                std::thread::sleep(self.delay);
-                let word = format!("w{i} ");
-                sink.token(i as u32, i % 2 == 1);
-                sink.text(&word);
-                text.push_str(&word);
-            }
-            Ok(Generation {
-                text,
-                token_ids: Vec::new(),
-                finish_reason: finish,
-                stats: Totals {
-                    prompt_tokens: 1,
-                    completion_tokens: request.max_tokens,
-                    ..Totals::default()
-                },
-            })
-        }
-    }
-
-    pub fn echo_worker(capacity: usize, delay_ms: u64) -> Worker {
-        Worker::spawn(capacity, move || {
-            Ok::<_, ()>(EchoBackend {
-                delay: std::time::Duration::from_millis(delay_ms),
-            })
-        })
-        .unwrap()
-    }
-
-    fn request(max_tokens: usize) -> GenerateRequest {
-        let mut r = GenerateRequest::new(Prompt::Text("a b".into()));
-        r.max_tokens = max_tokens;
-        r
-    }
-
-    #[test]
-    fn a_job_streams_then_finishes() {
-        let worker = echo_worker(4, 0);
-        let mut rx = worker.submit(request(3), CancelToken::default()).unwrap();
-        assert!(matches!(
-            rx.blocking_recv(),
-            Some(Event::Started { prompt_tokens: 2 })
-        ));
-        let mut text = String::new();
-        loop {
-            match rx.blocking_recv().unwrap() {
-                Event::Text(t) => text.push_str(&t),
-                Event::Done(outcome) => {
-                    assert_eq!(outcome.generation.text, text);
-                    break;
-                }
-                other => panic!("{other:?}"),
-            }
-        }
-        assert_eq!(text, "w0 w1 w2 ");
-    }
-
-    /// Records what an observer is shown.
-    struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
-
-    impl Sink for Recorder {
-        fn text(&mut self, delta: &str) {
-            self.0.lock().unwrap().push(format!("text {delta}"));
-        }
-        fn token(&mut self, id: u32, from_draft: bool) {
-            self.0
-                .lock()
-                .unwrap()
-                .push(format!("token {id} {from_draft}"));
-        }
-    }
-
-    #[test]
-    fn an_observer_sees_tokens_with_their_origin_and_text() {
-        let worker = echo_worker(4, 0);
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let observer: Observer = Box::new(Recorder(seen.clone()));
-        let mut rx = worker
-            .submit_observed(request(2), CancelToken::default(), Some(observer))
-            .unwrap();
-        while let Some(event) = rx.blocking_recv() {
-            if matches!(event, Event::Done(_) | Event::Failed(_)) {
-                break;
-            }
-        }
-        assert_eq!(
-            *seen.lock().unwrap(),
-            ["token 0 false", "text w0 ", "token 1 true", "text w1 "]
-        );
-    }
-
-    #[test]
-    fn the_queue_never_counts_past_its_capacity_under_concurrent_submits() {
-        let worker = std::sync::Arc::new(echo_worker(4, 20));
-        let cancel = CancelToken::default();
-        // Runs for far longer than the submits below take, on any machine.
-        let _running = worker.submit(request(1_000_000), cancel.clone()).unwrap();
-        while worker.queued() > 0 {
-            std::thread::yield_now();
-        }
-        let threads: Vec<_> = (0..32)
-            .map(|_| {
-                let worker = worker.clone();
-                std::thread::spawn(move || {
-                    let outcome = worker.submit(request(1), CancelToken::default());
-                    assert!(worker.queued() <= 4);
-                    outcome.map_err(|e| e.status.as_u16())
-                })
-            })
-            .collect();
-        let outcomes: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-        let accepted = outcomes.iter().filter(|o| o.is_ok()).count();
-        let refused = outcomes.iter().filter(|o| matches!(o, Err(429))).count();
-        assert_eq!((accepted, refused), (4, 28));
-        assert_eq!(worker.queued_peak(), 4);
-        cancel.cancel();
-    }
-
-    #[test]
-    fn activity_counts_a_job_in_hand_as_busy_until_it_ends() {
-        let worker = echo_worker(4, 20);
-        let cancel = CancelToken::default();
-        let _running = worker.submit(request(1_000_000), cancel.clone()).unwrap();
-        while worker.queued() > 0 {
-            std::thread::yield_now();
-        }
-        assert_eq!(
-            worker.activity(),
-            Activity {
-                queued: 0,
-                busy: true
-            }
-        );
-        let waiting = CancelToken::default();
-        let _waiting = worker.submit(request(1), waiting.clone()).unwrap();
-        assert_eq!(
-            worker.activity(),
-            Activity {
-                queued: 1,
-                busy: true
-            }
-        );
-        waiting.cancel();
-        cancel.cancel();
-        while !worker.activity().idle() {
-            std::thread::yield_now();
-        }
-        assert_eq!(
-            worker.activity(),
-            Activity {
-                queued: 0,
-                busy: false
-            }
-        );
-    }
-
-    #[test]
-    fn a_full_queue_is_refused_with_429() {
-        let worker = echo_worker(1, 20);
-        let cancel = CancelToken::default();
-        let _running = worker.submit(request(50), cancel.clone()).unwrap();
-        // Wait until the worker took the first job, then fill the queue.
-        while worker.queued() > 0 {
-            std::thread::yield_now();
-        }
-        let _waiting = worker.submit(request(1), CancelToken::default()).unwrap();
-        let refused = worker
-            .submit(request(1), CancelToken::default())
-            .unwrap_err();
-        assert_eq!(refused.status.as_u16(), 429);
-        cancel.cancel();
-    }
-
-    #[test]
-    fn dflash_without_a_drafter_fails_before_starting() {
-        let worker = echo_worker(1, 0);
-        let mut r = request(1);
-        r.speculation = Speculation::Dflash;
-        let mut rx = worker.submit(r, CancelToken::default()).unwrap();
-        match rx.blocking_recv() {
-            Some(Event::Failed(e)) => assert_eq!(e.param.as_deref(), Some("speculation")),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn too_long_prompts_are_invalid() {
-        let worker = echo_worker(1, 0);
-        let words = vec!["x"; 64].join(" ");
-        let mut r = request(1);
-        r.prompt = Prompt::Text(words);
-        let mut rx = worker.submit(r, CancelToken::default()).unwrap();
-        match rx.blocking_recv() {
-            Some(Event::Failed(e)) => assert_eq!(e.status.as_u16(), 400),
-            other => panic!("{other:?}"),
-        }
-    }
-}
+pub(crate) mod tests;
