@@ -5,7 +5,9 @@
 // rounds reach the chart too; the Models view downloads a pair from the
 // local test hub (run.sh), with a moving progress bar, cancel and resume,
 // and loads it; the log folder Settings names holds a log file that the
-// server's request line grows, and the Server panel shows that line. Every
+// server's request line grows, and the Server panel shows that line; after
+// the idle unload (2 s here) the next message reloads the pair and answers,
+// saying so in its footer. Every
 // view is saved as a screenshot in $E2E_SCREENSHOTS,
 // in light mode (dark.test.mjs takes the dark ones).
 import { By, until } from "selenium-webdriver";
@@ -167,6 +169,25 @@ test("the local server switch serves the app's model over HTTP", async () => {
   await driver.findElement(byTest("server-toggle")).click();
   await driver.wait(until.elementLocated(By.css('[data-testid="server-status"][data-running="false"]')), 15_000);
   await assert.rejects(fetch(`${address}/health`));
+});
+
+test("after the idle unload the next message reloads the pair and answers", async () => {
+  // run.sh sets FLASHBAR_IDLE_UNLOAD_SECONDS=2: idle longer than that, the
+  // worker has dropped the pair. In a conversation of its own, deleted
+  // after, so the first one stays as the dark pass expects it.
+  await tab("chat");
+  await driver.findElement(byTest("new-chat")).click();
+  await driver.wait(async () => (await driver.findElements(byTest("turn-assistant"))).length === 0, 5000);
+  await driver.sleep(3500);
+  await driver.findElement(byTest("chat-input")).sendKeys("import os");
+  await driver.findElement(byTest("send")).click();
+  await driver.wait(until.elementLocated(By.css('[data-testid="turn-assistant"] footer')), 120_000, "no answer after the unload");
+  const footer = await driver.findElement(By.css('[data-testid="turn-assistant"] footer')).getText();
+  assert.match(footer, /^(stop|length) · \d+ tokens .* · model reloaded in \d+\.\d s \(it was unloaded while idle\)$/, footer);
+  await shot("chat-reloaded");
+  await driver.findElement(byTest("delete-chat")).click();
+  await driver.wait(async () => /def fib/.test(await driver.findElement(byTest("turn-user")).getText()), 5000,
+    "the first conversation is back");
 });
 
 test("the models view shows the pair in use and the doctor's verdict", async () => {

@@ -24,6 +24,8 @@ export XDG_DATA_HOME="$scratch/data" XDG_CONFIG_HOME="$scratch/config" XDG_CACHE
 mkdir -p "$XDG_DATA_HOME" "$XDG_CONFIG_HOME" "$XDG_CACHE_HOME"
 # No accessibility bus under Xvfb: keep GTK from waiting for one.
 export NO_AT_BRIDGE=1
+# Idle unload after 2 s instead of the setting's minutes (app.test.mjs waits it out).
+export FLASHBAR_IDLE_UNLOAD_SECONDS=2
 
 # The test hub: the embedded pair's ~23 MB at 16 KiB per 3 ms (~5 s), so
 # the progress bar can be watched, cancelled and resumed.

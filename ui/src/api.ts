@@ -80,6 +80,14 @@ export interface Settings {
   speculation: Speculation;
   launch_at_login: boolean;
   tray_speed: boolean;
+  /** Minutes without a request before the pair is unloaded; 0: never. */
+  idle_unload_minutes: number;
+}
+
+/** The pair had been unloaded while idle and was loaded again for `job`. */
+export interface ReloadedEvent {
+  job: number;
+  ms: number;
 }
 
 export interface ServerStatus {
@@ -186,6 +194,7 @@ export const events = {
   engineStatus: on<EngineStatus>("engine:status"),
   token: on<TokenEvent>("chat:token"),
   round: on<RoundEvent>("chat:round"),
+  reloaded: on<ReloadedEvent>("chat:reloaded"),
   done: on<DoneEvent>("chat:done"),
   error: on<ErrorEvent>("chat:error"),
   serverStatus: on<ServerStatus>("server:status"),

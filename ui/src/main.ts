@@ -91,6 +91,7 @@ async function main(root: HTMLElement): Promise<void> {
       models.showEngine(s);
     }),
     events.token((e) => chat.handle({ kind: "token", e })),
+    events.reloaded((e) => chat.handle({ kind: "reloaded", e })),
     events.done((e) => chat.handle({ kind: "done", e })),
     events.error((e) => chat.handle({ kind: "error", e })),
     events.round((round) => metrics.push(round)),

@@ -224,6 +224,13 @@ pub fn chat_send(
                     last = Some(Err(error.message));
                     break;
                 }
+                Event::Started {
+                    reloaded_ms: Some(ms),
+                    ..
+                } => {
+                    // The pair had been unloaded while idle.
+                    let _ = app.emit("chat:reloaded", serde_json::json!({ "job": job, "ms": ms }));
+                }
                 Event::Started { .. } | Event::Text(_) => {}
             }
         }

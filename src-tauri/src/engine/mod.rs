@@ -1,7 +1,9 @@
 //! The app's one engine: a [`Worker`] thread that owns the loaded model,
 //! shared by the chat and the local server so both queue fairly on it.
 //! Loading runs in the background and reports its progress to the UI as
-//! `engine:status` events.
+//! `engine:status` events. After the settings' idle stretch the worker
+//! unloads the pair, and the next chat or HTTP request loads it again
+//! (the chat shows how long that took).
 
 pub mod pair;
 
@@ -16,6 +18,37 @@ use tauri::{AppHandle, Emitter, Manager};
 
 /// Generations that may wait for the engine (chat + HTTP together).
 const QUEUE_CAPACITY: usize = flashbar_server::DEFAULT_QUEUE_CAPACITY;
+
+/// Seconds of idle before an unload, overriding the setting's minutes
+/// (the end-to-end test uses a few seconds).
+pub const IDLE_UNLOAD_SECONDS_ENV: &str = "FLASHBAR_IDLE_UNLOAD_SECONDS";
+
+/// The idle unload the settings ask for (None: never).
+fn idle_unload(app: &AppHandle) -> Option<Duration> {
+    let minutes = app
+        .state::<crate::settings::SettingsHandle>()
+        .get()
+        .idle_unload_minutes;
+    idle_unload_from(
+        std::env::var(IDLE_UNLOAD_SECONDS_ENV).ok().as_deref(),
+        minutes,
+    )
+}
+
+fn idle_unload_from(seconds_override: Option<&str>, minutes: u32) -> Option<Duration> {
+    let seconds = match seconds_override.and_then(|s| s.trim().parse::<u64>().ok()) {
+        Some(seconds) => seconds,
+        None => u64::from(minutes) * 60,
+    };
+    (seconds > 0).then(|| Duration::from_secs(seconds))
+}
+
+/// Gives the running worker the settings' idle unload.
+pub fn apply_idle_unload(app: &AppHandle) {
+    if let Some(worker) = app.state::<EngineHandle>().worker() {
+        worker.set_idle_unload(idle_unload(app));
+    }
+}
 
 /// Where loading stands, as the UI shows it.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -97,10 +130,14 @@ pub fn load_in_background(app: &AppHandle, pair: Pair, then: fn(&AppHandle)) {
 fn load(app: AppHandle, pair: Pair, load_id: u64, then: fn(&AppHandle)) {
     let started = Instant::now();
     let ticker = spawn_ticker(app.clone(), load_id, started);
-    let result = Worker::spawn(QUEUE_CAPACITY, move || {
+    let mut activated = false;
+    let result = Worker::spawn_unloading(QUEUE_CAPACITY, idle_unload(&app), move || {
         // A panic while loading becomes an error, never a dead app.
         catch_unwind(AssertUnwindSafe(|| -> Result<Engine, String> {
-            flashbar_mlx::device::activate().map_err(|e| e.to_string())?;
+            if !activated {
+                flashbar_mlx::device::activate().map_err(|e| e.to_string())?;
+                activated = true;
+            }
             Engine::load(&pair.target, pair.drafter.as_deref()).map_err(|e| e.to_string())
         }))
         .unwrap_or_else(|_| Err("the engine panicked while loading the model".into()))
@@ -156,4 +193,24 @@ fn emit(app: &AppHandle) {
 
 fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or("").to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_idle_unload_comes_from_the_minutes_unless_seconds_override_it() {
+        assert_eq!(idle_unload_from(None, 15), Some(Duration::from_secs(900)));
+        assert_eq!(idle_unload_from(None, 0), None, "0 minutes: never");
+        assert_eq!(
+            idle_unload_from(Some("3"), 15),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(idle_unload_from(Some("0"), 15), None);
+        assert_eq!(
+            idle_unload_from(Some("soon"), 15),
+            Some(Duration::from_secs(900))
+        );
+    }
 }

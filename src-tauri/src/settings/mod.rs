@@ -1,7 +1,7 @@
 //! The user's settings, kept in `settings.json` in the app's data folder
 //! (written crash-safely by [`file`]): the local server (enabled, port, API
-//! key), the default target + drafter, the speculation mode, launch at
-//! login and the tray's live speed.
+//! key), the default target + drafter, the speculation mode, idle unload,
+//! launch at login and the tray's live speed.
 //! Saving applies them: the server restarts, the model reloads when the
 //! pair changed, login items follow the switch.
 
@@ -30,7 +30,13 @@ pub struct Settings {
     pub launch_at_login: bool,
     /// Live tokens/s and DFlash speedup in the tray while generating.
     pub tray_speed: bool,
+    /// Minutes without a request after which the model and drafter are
+    /// unloaded (the next request loads them again); 0: never.
+    pub idle_unload_minutes: u32,
 }
+
+/// The longest idle unload a setting may ask for (one day).
+pub const MAX_IDLE_UNLOAD_MINUTES: u32 = 24 * 60;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -43,6 +49,7 @@ impl Default for Settings {
             speculation: Speculation::Auto,
             launch_at_login: false,
             tray_speed: true,
+            idle_unload_minutes: 15,
         }
     }
 }
@@ -54,6 +61,12 @@ impl Settings {
             return Err(format!(
                 "port must be between 1024 and 65535, not {}",
                 self.port
+            ));
+        }
+        if self.idle_unload_minutes > MAX_IDLE_UNLOAD_MINUTES {
+            return Err(format!(
+                "idle unload must be at most {MAX_IDLE_UNLOAD_MINUTES} minutes (0: never), not {}",
+                self.idle_unload_minutes
             ));
         }
         if self.api_key.chars().any(char::is_whitespace) {
@@ -143,6 +156,9 @@ pub async fn settings_set(app: AppHandle, settings: Settings) -> Result<Settings
     if old.launch_at_login != settings.launch_at_login {
         apply_login_item(&app, settings.launch_at_login)?;
     }
+    if old.idle_unload_minutes != settings.idle_unload_minutes {
+        crate::engine::apply_idle_unload(&app);
+    }
     if old.tray_speed && !settings.tray_speed {
         crate::shell::tray::show_idle(&app);
     }
@@ -181,6 +197,10 @@ mod tests {
         assert_eq!(settings.port, 9000);
         assert_eq!(settings.speculation, Speculation::Off);
         assert!(!settings.server_enabled);
+        assert_eq!(
+            settings.idle_unload_minutes, 15,
+            "unload after 15 idle minutes by default"
+        );
         let json = serde_json::to_value(&settings).unwrap();
         assert_eq!(serde_json::from_value::<Settings>(json).unwrap(), settings);
     }
@@ -208,6 +228,13 @@ mod tests {
                     ..Settings::default()
                 },
                 "choose a target model for this drafter",
+            ),
+            (
+                Settings {
+                    idle_unload_minutes: 100_000,
+                    ..Settings::default()
+                },
+                "idle unload must be at most 1440 minutes (0: never), not 100000",
             ),
         ];
         for (settings, reason) in cases {

@@ -1,7 +1,7 @@
 // The chat view: conversation history, system prompt and temperature, a
 // streaming answer (markdown, highlighted code, drafted text coloured),
 // stop and regenerate.
-import { api, errorText, type DoneEvent, type ErrorEvent, type TokenEvent } from "../api";
+import { api, errorText, type DoneEvent, type ErrorEvent, type ReloadedEvent, type TokenEvent } from "../api";
 import { el } from "../dom";
 import {
   dropLastAnswer,
@@ -18,7 +18,16 @@ import {
 } from "./history";
 import { renderAnswer } from "./markdown";
 
-type JobEvent = { kind: "token"; e: TokenEvent } | { kind: "done"; e: DoneEvent } | { kind: "error"; e: ErrorEvent };
+type JobEvent =
+  | { kind: "token"; e: TokenEvent }
+  | { kind: "reloaded"; e: ReloadedEvent }
+  | { kind: "done"; e: DoneEvent }
+  | { kind: "error"; e: ErrorEvent };
+
+/** The note for a pair loaded again after an idle unload. */
+export function reloadedNote(ms: number): string {
+  return `model reloaded in ${(ms / 1000).toFixed(1)} s (it was unloaded while idle)`;
+}
 
 export class ChatView {
   readonly root = el("section", { class: "chat", "data-testid": "chat" });
@@ -35,6 +44,8 @@ export class ChatView {
   private job: number | null = null;
   /** Events that came before `chat_send` answered with the job id. */
   private early: JobEvent[] = [];
+  /** The current job's reload note, if the pair was loaded again for it. */
+  private reloaded: string | null = null;
   private sending = false;
   private answerNode: HTMLElement | null = null;
   private renderQueued = false;
@@ -43,7 +54,7 @@ export class ChatView {
   constructor(private storage: StoragePort) {
     this.conversation = loadAll(storage)[0] ?? newConversation();
     const newChat = el("button", { "data-testid": "new-chat", text: "New chat" });
-    const deleteChat = el("button", { title: "Delete this conversation", text: "Delete" });
+    const deleteChat = el("button", { title: "Delete this conversation", text: "Delete", "data-testid": "delete-chat" });
     newChat.addEventListener("click", () => this.open(newConversation()));
     deleteChat.addEventListener("click", () => {
       remove(this.storage, this.conversation.id);
@@ -98,6 +109,10 @@ export class ChatView {
     if (event.e.job !== this.job) return;
     const answer = this.conversation.turns.at(-1);
     if (!answer || answer.role !== "assistant") return;
+    if (event.kind === "reloaded") {
+      this.reloaded = reloadedNote(event.e.ms);
+      return;
+    }
     if (event.kind === "token") {
       if (!event.e.text) return;
       const last = answer.segments.at(-1);
@@ -113,6 +128,8 @@ export class ChatView {
     } else {
       answer.finish = `error: ${event.e.error}`;
     }
+    if (this.reloaded) answer.finish += ` · ${this.reloaded}`;
+    this.reloaded = null;
     this.job = null;
     this.persist();
     this.renderTurns();
@@ -141,6 +158,7 @@ export class ChatView {
     this.setBusy(true);
     this.sending = true;
     this.early = [];
+    this.reloaded = null;
     try {
       this.job = await api.chatSend({
         messages,

@@ -1,5 +1,5 @@
 // Settings: the local server (switch, port, API key, its address and
-// state), the speculation mode, launch at login, the tray's live speed,
+// state), the speculation mode, idle unload, launch at login, the tray's live speed,
 // where the logs are. Every change is saved and
 // applied by the app shell at once; refused values show the reason.
 import { api, errorText, type ServerStatus, type Settings } from "../api";
@@ -12,6 +12,7 @@ export class SettingsView {
   private port = el("input", { type: "number", min: "1024", max: "65535", "data-testid": "port" });
   private key = el("input", { type: "password", placeholder: "none", autocomplete: "off", "data-testid": "api-key" });
   private speculation = el("select", { "data-testid": "speculation" });
+  private idleUnload = el("select", { "data-testid": "idle-unload" });
   private login = el("input", { type: "checkbox", "data-testid": "launch-at-login" });
   private traySpeed = el("input", { type: "checkbox", "data-testid": "tray-speed" });
   private status = el("p", { class: "server-status", "data-testid": "server-status" });
@@ -27,6 +28,16 @@ export class SettingsView {
     ]) {
       this.speculation.append(el("option", { value, text: label }));
     }
+    for (const [value, label] of [
+      ["5", "after 5 minutes"],
+      ["15", "after 15 minutes"],
+      ["30", "after 30 minutes"],
+      ["60", "after 1 hour"],
+      ["240", "after 4 hours"],
+      ["0", "never"],
+    ]) {
+      this.idleUnload.append(el("option", { value, text: label }));
+    }
     this.root.append(
       el("h2", { text: "Local server" }),
       el("p", { class: "hint", text: "An OpenAI-compatible endpoint on this machine, sharing the chat's model." }),
@@ -37,6 +48,8 @@ export class SettingsView {
       el("h2", { text: "Generation" }),
       el("label", {}, "Speculation ", this.speculation),
       el("p", { class: "hint", text: "Auto drafts with DFlash while it measurably beats plain decoding, and falls back when it does not." }),
+      el("label", {}, "Unload when idle ", this.idleUnload),
+      el("p", { class: "hint", text: "Frees the model's memory after a while without requests; the next message or HTTP request loads it again." }),
       el("h2", { text: "System" }),
       el("label", { class: "switch" }, this.login, " Launch at login"),
       el("label", { class: "switch" }, this.traySpeed, " Show tokens/s and the DFlash speedup in the menu bar while generating"),
@@ -50,6 +63,7 @@ export class SettingsView {
     });
     this.server.addEventListener("change", () => this.apply());
     this.speculation.addEventListener("change", () => this.apply());
+    this.idleUnload.addEventListener("change", () => this.apply());
     this.login.addEventListener("change", () => this.apply());
     this.traySpeed.addEventListener("change", () => this.apply());
     this.port.addEventListener("change", () => this.apply());
@@ -64,6 +78,11 @@ export class SettingsView {
     this.speculation.value = settings.speculation;
     this.login.checked = settings.launch_at_login;
     this.traySpeed.checked = settings.tray_speed;
+    const minutes = String(settings.idle_unload_minutes);
+    if (![...this.idleUnload.options].some((o) => o.value === minutes)) {
+      this.idleUnload.append(el("option", { value: minutes, text: `after ${minutes} minutes` }));
+    }
+    this.idleUnload.value = minutes;
   }
 
   showServer(status: ServerStatus): void {
@@ -91,6 +110,7 @@ export class SettingsView {
       speculation: this.speculation.value as Settings["speculation"],
       launch_at_login: this.login.checked,
       tray_speed: this.traySpeed.checked,
+      idle_unload_minutes: Number(this.idleUnload.value),
     };
     this.message.textContent = "Applying…";
     try {
