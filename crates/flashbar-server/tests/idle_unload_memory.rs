@@ -42,7 +42,10 @@ fn an_unloaded_model_gives_back_its_memory_and_reloads_on_the_next_request() {
     })
     .unwrap();
     let loaded = mlx_bytes();
-    assert!(loaded > floor + (1 << 20), "loaded {loaded} bytes over a floor of {floor}");
+    assert!(
+        loaded > floor + (1 << 20),
+        "loaded {loaded} bytes over a floor of {floor}"
+    );
     let (first, reloaded) = answer(&worker);
     assert_eq!(reloaded, None);
     assert!(!first.is_empty());
@@ -60,6 +63,9 @@ fn an_unloaded_model_gives_back_its_memory_and_reloads_on_the_next_request() {
     );
 
     let (again, reloaded) = answer(&worker);
-    assert!(reloaded.is_some(), "the request after the unload reloaded the pair");
+    assert!(
+        reloaded.is_some(),
+        "the request after the unload reloaded the pair"
+    );
     assert_eq!(again, first, "the reloaded pair answers as before");
 }

@@ -15,8 +15,8 @@ use flashbar_engine::{
     CancelToken, Engine, EngineError, GenerateRequest, Generation, Mode, Prompt, RoundStats, Sink,
     Speculation,
 };
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::fmt::Display;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;

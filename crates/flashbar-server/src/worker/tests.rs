@@ -276,7 +276,10 @@ impl Drop for Counted {
 fn counting_worker(
     idle: Option<Duration>,
     loads: Arc<AtomicUsize>,
-    hold: Option<(std::sync::mpsc::SyncSender<()>, std::sync::mpsc::Receiver<()>)>,
+    hold: Option<(
+        std::sync::mpsc::SyncSender<()>,
+        std::sync::mpsc::Receiver<()>,
+    )>,
 ) -> Worker {
     let (unloading, finish) = match hold {
         Some((tx, rx)) => (Some(tx), Some(Arc::new(std::sync::Mutex::new(rx)))),
@@ -330,7 +333,10 @@ fn an_idle_model_is_unloaded_and_the_next_job_loads_it_again() {
     wait_until("unloaded", || !worker.activity().loaded);
     assert_eq!(loads.load(Ordering::SeqCst), 1, "unloading loads nothing");
     let (reloaded, text) = answer(&worker);
-    assert!(reloaded.is_some(), "the job after an unload reports its reload");
+    assert!(
+        reloaded.is_some(),
+        "the job after an unload reports its reload"
+    );
     assert_eq!(text, "w0 w1 w2 ");
     assert_eq!(loads.load(Ordering::SeqCst), 2);
 }
