@@ -118,6 +118,11 @@ struct State {
 }
 
 impl State {
+    fn set_idle_unload(&self, idle_unload: Option<Duration>) {
+        let ms = idle_unload.map_or(0, |d| (d.as_millis() as u64).max(1));
+        self.idle_unload_ms.store(ms, Ordering::SeqCst);
+    }
+
     fn idle_unload(&self) -> Option<Duration> {
         match self.idle_unload_ms.load(Ordering::SeqCst) {
             0 => None,
@@ -259,6 +264,8 @@ impl Worker {
         let (jobs, queue) = sync_channel::<Job>(capacity.max(1));
         let (loaded_tx, loaded_rx) = std::sync::mpsc::channel::<Result<usize, E>>();
         let state = Arc::new(State::default());
+        // Before the thread starts: its first wait for a job already needs it.
+        state.set_idle_unload(idle_unload);
         let thread_state = state.clone();
         let thread = std::thread::Builder::new()
             .name("flashbar-engine".into())
@@ -304,22 +311,20 @@ impl Worker {
             }
             Err(_) => panic!("the engine thread died while loading"),
         };
-        let worker = Worker {
+        Ok(Worker {
             jobs: Some(jobs),
             thread: Some(thread),
             state,
             capacity,
             context_length,
-        };
-        worker.set_idle_unload(idle_unload);
-        Ok(worker)
+        })
     }
 
     /// Changes how long the model may sit idle before it is unloaded
-    /// (None: never); takes effect from the next wait for a job.
+    /// (None: never); takes effect from the next wait for a job (a thread
+    /// already waiting without a timeout keeps waiting until a job comes).
     pub fn set_idle_unload(&self, idle_unload: Option<Duration>) {
-        let ms = idle_unload.map_or(0, |d| (d.as_millis() as u64).max(1));
-        self.state.idle_unload_ms.store(ms, Ordering::SeqCst);
+        self.state.set_idle_unload(idle_unload);
     }
 
     /// Queues a generation; its events come on the returned channel.
