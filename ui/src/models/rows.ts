@@ -3,7 +3,7 @@
 // allows) and a model in the local store (size, delete).
 import type { DownloadState, LocalModels, PairInfo } from "../api";
 import { el } from "../dom";
-import { actions, rowState } from "./downloads";
+import { actions, rowState, type Actions, type RowState } from "./downloads";
 import { formatBytes, formatEta, formatSpeed, percent } from "./format";
 
 export interface PairHandlers {
@@ -36,11 +36,57 @@ const STATE_TEXT: Record<string, string> = {
 
 export function pairRow(pair: PairInfo, download: DownloadState | undefined, on: PairHandlers): HTMLLIElement {
   const state = rowState(pair, download);
-  const can = actions(state);
   const size = (label: string, m: PairInfo["target"] | null) =>
     m ? `${label} ${m.estimate ? "~" : ""}${formatBytes(m.size_bytes)}` : `${label}: none`;
   const memory =
     pair.fits === false ? `needs ${formatBytes(pair.memory_bytes)} memory (more than here)` : `needs ${formatBytes(pair.memory_bytes)} memory`;
+  const row = el(
+    "li",
+    { class: "pair-row", "data-testid": `pair-${pair.id}`, "data-state": state, "data-local": String(pair.local) },
+    el("div", { class: "pair-head" }, el("strong", { text: pair.name }), el("span", { class: `badge ${state}`, text: STATE_TEXT[state] })),
+    el("div", { class: "hint", text: [size("target", pair.target), size("drafter", pair.drafter), memory].join(" · ") }),
+  );
+  if (showsProgress(state) && download) row.append(progressBlock(download));
+  row.append(actionButtons(pair, state, on));
+  return row;
+}
+
+/** Redraws `row` for a new download event. While the buttons stay the same
+ *  (every progress event of a running download) only the badge and the
+ *  progress change: the buttons are kept, so a click on Cancel that spans
+ *  an event (mouse down on one button, up on its replacement) is not lost. */
+export function updatePairRow(row: HTMLElement, pair: PairInfo, download: DownloadState, on: PairHandlers): HTMLElement {
+  const before = row.dataset.state as RowState | undefined;
+  const state = rowState(pair, download);
+  if (!before || !sameActions(actions(before), actions(state))) {
+    const fresh = pairRow(pair, download, on);
+    row.replaceWith(fresh);
+    return fresh;
+  }
+  row.dataset.state = state;
+  const badge = row.querySelector(".badge");
+  if (badge) {
+    badge.className = `badge ${state}`;
+    badge.textContent = STATE_TEXT[state];
+  }
+  const progress = showsProgress(state) ? progressBlock(download) : null;
+  const old = row.querySelector(".progress");
+  if (old && progress) old.replaceWith(progress);
+  else if (old) old.remove();
+  else if (progress) row.querySelector(".actions")?.before(progress);
+  return row;
+}
+
+function showsProgress(state: RowState): boolean {
+  return state !== "local" && state !== "embedded" && state !== "remote";
+}
+
+function sameActions(a: Actions, b: Actions): boolean {
+  return (Object.keys(a) as (keyof Actions)[]).every((k) => a[k] === b[k]);
+}
+
+function actionButtons(pair: PairInfo, state: RowState, on: PairHandlers): HTMLElement {
+  const can = actions(state);
   const buttons = el("div", { class: "actions" });
   const button = (label: string, testid: string, run: () => void, primary = false) => {
     const b = el("button", { "data-testid": `${testid}-${pair.id}`, text: label, class: primary ? "primary" : undefined });
@@ -52,15 +98,7 @@ export function pairRow(pair: PairInfo, download: DownloadState | undefined, on:
   if (can.cancel) button("Cancel", "cancel", () => on.cancel(pair));
   if (can.delete) buttons.append(confirmButton("Delete", `delete-${pair.id}`, () => on.delete(pair)));
   if (can.choose) button("Choose", "choose", () => on.choose(pair));
-  const row = el(
-    "li",
-    { class: "pair-row", "data-testid": `pair-${pair.id}`, "data-state": state, "data-local": String(pair.local) },
-    el("div", { class: "pair-head" }, el("strong", { text: pair.name }), el("span", { class: `badge ${state}`, text: STATE_TEXT[state] })),
-    el("div", { class: "hint", text: [size("target", pair.target), size("drafter", pair.drafter), memory].join(" · ") }),
-  );
-  if (download && state !== "local" && state !== "embedded" && state !== "remote") row.append(progressBlock(download));
-  row.append(buttons);
-  return row;
+  return buttons;
 }
 
 function progressBlock(d: DownloadState): HTMLElement {

@@ -5,7 +5,7 @@
 import { api, errorText, type DownloadState, type EngineStatus, type PairInfo, type Settings, type Verdict } from "../api";
 import { el } from "../dom";
 import { repos, track } from "./downloads";
-import { localList, pairRow, type PairHandlers } from "./rows";
+import { localList, pairRow, updatePairRow, type PairHandlers } from "./rows";
 
 export class ModelsView {
   readonly root = el("section", { class: "models", "data-testid": "models" });
@@ -90,7 +90,7 @@ export class ModelsView {
     }
     const pair = this.pairs.find((p) => p.id === event.pair);
     const row = this.catalogue.querySelector(`[data-testid="pair-${CSS.escape(event.pair)}"]`);
-    if (pair && row) row.replaceWith(pairRow(pair, event, this.handlers));
+    if (pair && row instanceof HTMLElement) updatePairRow(row, pair, event, this.handlers);
   }
 
   private renderCatalogue(): void {
