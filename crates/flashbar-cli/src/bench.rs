@@ -5,9 +5,7 @@
 
 use crate::models::resolve_model;
 use anyhow::Context;
-use flashbar_engine::{
-    CancelToken, Engine, GenerateRequest, Mode, Prompt, RoundStats, Sink, Speculation,
-};
+use flashbar_engine::{Engine, GenerateRequest, Mode, Prompt, RoundStats, Sink, Speculation};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -83,8 +81,9 @@ struct SpecReport {
 struct RoundLog(Vec<RoundStats>);
 
 impl Sink for RoundLog {
-    fn round(&mut self, stats: &RoundStats) {
+    fn round(&mut self, stats: &RoundStats) -> bool {
         self.0.push(stats.clone());
+        true
     }
 }
 
@@ -134,7 +133,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         request.max_tokens = max_tokens;
         request.speculation = speculation;
         request.block_size = args.block_size;
-        engine.generate(&request, log, &CancelToken::default())
+        engine.generate(&request, log)
     };
     let run_once = |prompt: &str, max_tokens: usize, speculation| {
         run_logged(prompt, max_tokens, speculation, &mut RoundLog::default())

@@ -4,7 +4,7 @@
 use crate::models::resolve_pair;
 use anyhow::bail;
 use flashbar_engine::{
-    CancelToken, Engine, GenerateRequest, Message, Prompt, SamplingParams, Sink, Speculation,
+    Commit, Engine, GenerateRequest, Message, Prompt, SamplingParams, Sink, Speculation,
 };
 use std::io::Write;
 use std::path::PathBuf;
@@ -53,14 +53,19 @@ enum SpeculationArg {
     Off,
 }
 
-/// Writes text deltas to stdout as they come.
+/// Writes text deltas to stdout as they come; a closed pipe (`| head`)
+/// stops the generation at the next token.
 struct StdoutSink;
 
 impl Sink for StdoutSink {
-    fn text(&mut self, delta: &str) {
+    fn commit(&mut self, commit: &Commit) -> bool {
+        if commit.text.is_empty() {
+            return true;
+        }
         let mut out = std::io::stdout().lock();
-        let _ = out.write_all(delta.as_bytes());
-        let _ = out.flush();
+        out.write_all(commit.text.as_bytes())
+            .and_then(|()| out.flush())
+            .is_ok()
     }
 }
 
@@ -95,9 +100,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         min_p: args.min_p,
         seed: args.seed,
     };
-    let cancel = CancelToken::default();
     if args.json {
-        let result = engine.generate(&request, &mut flashbar_engine::NullSink, &cancel)?;
+        let result = engine.generate(&request, &mut flashbar_engine::NullSink)?;
         let s = &result.stats;
         let json = serde_json::json!({
             "text": result.text,
@@ -115,8 +119,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         });
         println!("{json}");
     } else {
-        engine.generate(&request, &mut StdoutSink, &cancel)?;
-        println!();
+        engine.generate(&request, &mut StdoutSink)?;
+        // A reader that went away (`| head`) is not an error.
+        let _ = writeln!(std::io::stdout());
     }
     Ok(())
 }

@@ -72,6 +72,53 @@ fn streamed_text_equals_the_json_text() {
     );
 }
 
+/// `flashbar generate --max-tokens 100000 x | head -c 10`: once the reader
+/// is gone the generation stops at the next token (it does not run on to
+/// the context's 4,096 tokens), and exits cleanly, no panic on the pipe.
+#[test]
+fn a_closed_stdout_stops_the_generation() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flashbar"))
+        .args([
+            "--log-level",
+            "flashbar_engine=debug",
+            "generate",
+            "--max-tokens",
+            "100000",
+            "--speculation",
+            "off",
+            "def fib(n):",
+        ])
+        .env("FLASHBAR_DEVICE", "cpu")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let mut head = [0u8; 10];
+    child.stdout.take().unwrap().read_exact(&mut head).unwrap();
+    // The pipe's read end is dropped here, as `head -c 10` exits.
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(!log.contains("panicked"), "{log}");
+    let done = log
+        .lines()
+        .find(|l| l.contains("generation done"))
+        .unwrap_or_else(|| panic!("no 'generation done' in {log}"));
+    assert!(done.contains("finish=Cancelled"), "{done}");
+    let completion: usize = done
+        .split("completion_tokens=")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no completion_tokens in {done}"));
+    // 10 bytes are a few tokens; a few more may be written before the
+    // read end closes, never the thousands the context allows.
+    assert!(completion < 200, "{done}");
+}
+
 #[test]
 fn doctor_passes_on_the_default_model() {
     let output = flashbar(&["doctor"]);

@@ -10,9 +10,9 @@ use crate::policy::block_size::BlockSizePolicy;
 use crate::policy::gate::{Gate, Plan};
 use crate::policy::thermal::ThermalSource;
 use crate::proposer::Proposer;
-use crate::request::{CancelToken, GenerateRequest};
+use crate::request::GenerateRequest;
 use crate::sampling::SamplingParams;
-use crate::sink::{FinishReason, Generation, Mode, RoundStats, Sink, Totals};
+use crate::sink::{Begin, FinishReason, Generation, Mode, RoundStats, Sink, Totals};
 use crate::tokenizer::TextTokenizer;
 use flashbar_models::{LayerCache, Model};
 use mlx_rs::ops::concatenate;
@@ -64,7 +64,6 @@ impl Decoding<'_, '_> {
         max_tokens: usize,
         request: &GenerateRequest,
         sink: &mut dyn Sink,
-        cancel: &CancelToken,
     ) -> Result<Generation> {
         let started = Instant::now();
         let mut run = Run {
@@ -87,6 +86,20 @@ impl Decoding<'_, '_> {
             .proposer
             .as_ref()
             .map(|p| BlockSizePolicy::new(p.max_block_size()));
+        let go_on = sink.begin(&Begin {
+            prompt_tokens: prompt.len(),
+        });
+        if !go_on {
+            return Ok(Generation {
+                text: String::new(),
+                token_ids: Vec::new(),
+                finish_reason: FinishReason::Cancelled,
+                stats: Totals {
+                    prompt_tokens: prompt.len(),
+                    ..Totals::default()
+                },
+            });
+        }
         // Prefill (with taps); its token is the first plain step.
         let input = Array::from_slice(prompt, &[1, prompt.len() as i32]);
         let first = self.step(&mut run, &input, &request.sampling, prompt.len())?;
@@ -95,12 +108,8 @@ impl Decoding<'_, '_> {
         let first_token_at = Instant::now();
 
         while run.finish.is_none() && run.generated < max_tokens {
-            if cancel.is_cancelled() {
-                run.finish = Some(FinishReason::Cancelled);
-                break;
-            }
             match self.plan() {
-                Plan::Ar(steps) => self.plain_steps(&mut run, steps, request, sink, cancel)?,
+                Plan::Ar(steps) => self.plain_steps(&mut run, steps, request, sink)?,
                 Plan::Dflash => {
                     let block = match (&self.block_size, &blocks) {
                         (Some(fixed), _) => *fixed,
@@ -205,7 +214,6 @@ impl Decoding<'_, '_> {
         steps: usize,
         request: &GenerateRequest,
         sink: &mut dyn Sink,
-        cancel: &CancelToken,
     ) -> Result<()> {
         let sampling = &request.sampling;
         let mut clock = Instant::now();
@@ -226,7 +234,7 @@ impl Decoding<'_, '_> {
             let token = pending.resolve()?;
             self.commit_plain(run, token, clock, true, sink)?;
             clock = Instant::now();
-            if run.finish.is_some() || run.generated >= run.max_tokens || cancel.is_cancelled() {
+            if run.finish.is_some() || run.generated >= run.max_tokens {
                 break;
             }
             pending = match queued {
@@ -263,7 +271,7 @@ impl Decoding<'_, '_> {
             }
             gate.state()
         });
-        sink.round(&RoundStats {
+        let go_on = sink.round(&RoundStats {
             mode: Mode::Ar,
             block_size: 1,
             accepted: 0,
@@ -275,6 +283,7 @@ impl Decoding<'_, '_> {
             gate,
             thermal,
         });
+        stop_unless(run, go_on);
         Ok(())
     }
 
@@ -354,7 +363,7 @@ impl Decoding<'_, '_> {
             Some(gate) => (gate.observe_round(committed, round_ms), Some(gate.state())),
             None => (None, None),
         };
-        sink.round(&RoundStats {
+        let go_on = sink.round(&RoundStats {
             mode: Mode::Dflash,
             block_size: drafted.len() + 1,
             accepted,
@@ -366,7 +375,15 @@ impl Decoding<'_, '_> {
             gate,
             thermal,
         });
+        stop_unless(run, go_on);
         Ok((accepted, drafted.len()))
+    }
+}
+
+/// A sink that wants no more ends the run (unless it ended already).
+fn stop_unless(run: &mut Run, go_on: bool) {
+    if !go_on && run.finish.is_none() {
+        run.finish = Some(FinishReason::Cancelled);
     }
 }
 

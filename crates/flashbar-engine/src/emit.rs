@@ -1,11 +1,11 @@
-//! Committing tokens: EOS and stop sequences end the generation, text goes
-//! out in UTF-8-safe deltas, and every token reaches the sink with its origin.
+//! Committing tokens: EOS and stop sequences end the generation, each token
+//! reaches the sink with its origin and the UTF-8-safe text it released.
 //! Both decoding loops commit through here, one token at a time, so a block
 //! is cut at EOS / a stop sequence / max_tokens before anything past it shows.
 
 use crate::detokenize::StreamDecoder;
 use crate::error::Result;
-use crate::sink::{FinishReason, Sink};
+use crate::sink::{Commit, FinishReason, Sink};
 use crate::stop::{StopMatcher, StopOutcome};
 use crate::tokenizer::TextTokenizer;
 
@@ -29,7 +29,8 @@ impl<'a> Emitter<'a> {
     }
 
     /// Commits `id`; `Some(Stop)` when it ends the generation (EOS is not
-    /// emitted, a stop sequence is cut out).
+    /// emitted, a stop sequence is cut out), `Some(Cancelled)` when the
+    /// sink wants no more.
     pub fn commit(
         &mut self,
         id: u32,
@@ -41,16 +42,22 @@ impl<'a> Emitter<'a> {
             return Ok(Some(FinishReason::Stop));
         }
         self.ids.push(id);
-        sink.token(id, from_draft);
         let delta = self.decoder.push(self.tokenizer, id)?;
-        match self.stop.push(&delta) {
-            StopOutcome::Continue(text) => self.send(&text, sink),
-            StopOutcome::Stopped(text) => {
-                self.send(&text, sink);
-                return Ok(Some(FinishReason::Stop));
-            }
-        }
-        Ok(None)
+        let (text, stopped) = match self.stop.push(&delta) {
+            StopOutcome::Continue(text) => (text, false),
+            StopOutcome::Stopped(text) => (text, true),
+        };
+        self.text.push_str(&text);
+        let go_on = sink.commit(&Commit {
+            token: Some(id),
+            from_draft,
+            text: &text,
+        });
+        Ok(match (stopped, go_on) {
+            (true, _) => Some(FinishReason::Stop),
+            (false, false) => Some(FinishReason::Cancelled),
+            (false, true) => None,
+        })
     }
 
     /// Releases held-back text when the generation ends for another reason.
@@ -60,14 +67,15 @@ impl<'a> Emitter<'a> {
             StopOutcome::Continue(text) => text + &self.stop.finish(),
             StopOutcome::Stopped(text) => text,
         };
-        self.send(&text, sink);
-        Ok(())
-    }
-
-    fn send(&mut self, text: &str, sink: &mut dyn Sink) {
         if !text.is_empty() {
-            self.text.push_str(text);
-            sink.text(text);
+            self.text.push_str(&text);
+            // The generation ends either way: what the sink answers is moot.
+            sink.commit(&Commit {
+                token: None,
+                from_draft: false,
+                text: &text,
+            });
         }
+        Ok(())
     }
 }

@@ -6,7 +6,7 @@ use crate::error::{EngineError, Result};
 use crate::policy::gate::{Gate, GateConfig};
 use crate::policy::thermal::{system_source, ThermalSource};
 use crate::proposer::{DflashProposer, Proposer};
-use crate::request::{CancelToken, GenerateRequest, Prompt, Speculation};
+use crate::request::{GenerateRequest, Prompt, Speculation};
 use crate::sink::{Generation, Sink};
 use crate::tokenizer::TextTokenizer;
 use flashbar_mlx::memory_guard;
@@ -103,22 +103,15 @@ impl Engine {
         self.tokenizer.encode(&text)
     }
 
-    pub fn generate(
-        &self,
-        request: &GenerateRequest,
-        sink: &mut dyn Sink,
-        cancel: &CancelToken,
-    ) -> Result<Generation> {
+    /// Generates `request` into `sink`, which may stop it at any token.
+    pub fn generate(&self, request: &GenerateRequest, sink: &mut dyn Sink) -> Result<Generation> {
         match (request.speculation, &self.drafter) {
             (Speculation::Off, _) | (Speculation::Auto, None) => {
-                self.generate_with(request, None, sink, cancel)
+                self.generate_with(request, None, sink)
             }
-            (_, Some(drafter)) => self.generate_with(
-                request,
-                Some(&mut DflashProposer::new(drafter)),
-                sink,
-                cancel,
-            ),
+            (_, Some(drafter)) => {
+                self.generate_with(request, Some(&mut DflashProposer::new(drafter)), sink)
+            }
             (Speculation::Dflash, None) => Err(EngineError::InvalidRequest(
                 "speculation \"dflash\" needs a drafter, and none is loaded".into(),
             )),
@@ -134,7 +127,6 @@ impl Engine {
         request: &GenerateRequest,
         proposer: Option<&mut dyn Proposer>,
         sink: &mut dyn Sink,
-        cancel: &CancelToken,
     ) -> Result<Generation> {
         let (prompt, max_tokens) = self.prepare(request)?;
         if request.block_size == Some(0) {
@@ -159,12 +151,15 @@ impl Engine {
             thermal: thermal.as_mut(),
             block_size: request.block_size,
         }
-        .generate(&prompt, max_tokens, request, sink, cancel);
+        .generate(&prompt, max_tokens, request, sink);
         // A step queued ahead and then dropped (a stop or a cancel) still
         // runs on the device; wait for it, so the engine is idle for real
         // when this returns.
         flashbar_mlx::synchronize().map_err(mlx_error)?;
         log_generation(request, &generation);
+        if let Ok(generation) = &generation {
+            sink.finish(generation);
+        }
         generation
     }
 

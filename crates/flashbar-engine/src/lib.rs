@@ -1,9 +1,10 @@
 //! Text generation over Flashbar's models.
 //!
 //! [`Engine::load`] a checkpoint, then [`Engine::generate`] a
-//! [`GenerateRequest`] into a [`Sink`]: text deltas, tokens (with their
-//! origin) and one [`RoundStats`] per decoding round; the returned
-//! [`Generation`] carries the finish reason and totals.
+//! [`GenerateRequest`] into a [`Sink`]: one [`Commit`] per token (its id,
+//! origin and the text it released) and one [`RoundStats`] per decoding
+//! round, each answered with whether to go on; the returned [`Generation`]
+//! carries the finish reason and totals.
 //!
 //! Modules: tokenizer and chat template; sampling (position-keyed, so
 //! speculative paths can reproduce it); stop rules and UTF-8-safe streaming;
@@ -33,4 +34,6 @@ pub use engine::Engine;
 pub use error::{EngineError, Result};
 pub use request::{CancelToken, GenerateRequest, Prompt, Speculation};
 pub use sampling::SamplingParams;
-pub use sink::{FinishReason, Generation, Mode, NullSink, RoundStats, Sink, Totals};
+pub use sink::{
+    Begin, Commit, FinishReason, Generation, Mode, NullSink, RoundStats, Sink, Tee, Totals,
+};

@@ -48,20 +48,104 @@ pub enum FinishReason {
     Cancelled,
 }
 
-/// Receives a generation's output as it happens.
+/// What a generation is about to do, sent once before its first token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Begin {
+    /// The prompt's length after the chat template and the tokenizer.
+    pub prompt_tokens: usize,
+}
+
+/// One committed token and the text it released, as the engine knows them
+/// at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Commit<'a> {
+    /// The token; None for text held back (an unfinished UTF-8 character,
+    /// a possible stop sequence) that is released when the generation ends.
+    pub token: Option<u32>,
+    /// A draft proposed this token and the target accepted it.
+    pub from_draft: bool,
+    /// Whole UTF-8 characters, stop sequences excluded; may be empty (the
+    /// token's text is held back and comes with a later commit).
+    pub text: &'a str,
+}
+
+/// Receives a generation's output as it happens, in order: `begin`, one
+/// `commit` per token (each followed, at the end of its round, by the
+/// round's `round`), then `finish` on success. Each call but `finish`
+/// returns whether to go on: `false` (a closed pipe, a client gone, a
+/// cancel) stops the generation at the next token, with
+/// [`FinishReason::Cancelled`]. The shape of ripgrep's `Sink`.
 pub trait Sink {
-    /// A text delta, always whole UTF-8 characters, stop sequences excluded.
-    fn text(&mut self, _delta: &str) {}
-    /// A committed token; `from_draft` when a draft proposed it.
-    fn token(&mut self, _id: u32, _from_draft: bool) {}
-    /// One per decoding round.
-    fn round(&mut self, _stats: &RoundStats) {}
+    /// The request passed the engine's checks; generation begins.
+    fn begin(&mut self, _begin: &Begin) -> bool {
+        true
+    }
+    /// A committed token (or the final held-back text).
+    fn commit(&mut self, _commit: &Commit) -> bool {
+        true
+    }
+    /// One per decoding round, after its commits.
+    fn round(&mut self, _stats: &RoundStats) -> bool {
+        true
+    }
+    /// The generation ended without an error.
+    fn finish(&mut self, _generation: &Generation) {}
+}
+
+impl<S: Sink + ?Sized> Sink for &mut S {
+    fn begin(&mut self, begin: &Begin) -> bool {
+        (**self).begin(begin)
+    }
+    fn commit(&mut self, commit: &Commit) -> bool {
+        (**self).commit(commit)
+    }
+    fn round(&mut self, stats: &RoundStats) -> bool {
+        (**self).round(stats)
+    }
+    fn finish(&mut self, generation: &Generation) {
+        (**self).finish(generation)
+    }
+}
+
+impl<S: Sink + ?Sized> Sink for Box<S> {
+    fn begin(&mut self, begin: &Begin) -> bool {
+        (**self).begin(begin)
+    }
+    fn commit(&mut self, commit: &Commit) -> bool {
+        (**self).commit(commit)
+    }
+    fn round(&mut self, stats: &RoundStats) -> bool {
+        (**self).round(stats)
+    }
+    fn finish(&mut self, generation: &Generation) {
+        (**self).finish(generation)
+    }
 }
 
 /// A sink that keeps nothing, for callers that only want the final result.
 pub struct NullSink;
 
 impl Sink for NullSink {}
+
+/// Fan-out: both sinks see every event; the generation goes on while both
+/// want it to.
+pub struct Tee<A, B>(pub A, pub B);
+
+impl<A: Sink, B: Sink> Sink for Tee<A, B> {
+    fn begin(&mut self, begin: &Begin) -> bool {
+        self.0.begin(begin) & self.1.begin(begin)
+    }
+    fn commit(&mut self, commit: &Commit) -> bool {
+        self.0.commit(commit) & self.1.commit(commit)
+    }
+    fn round(&mut self, stats: &RoundStats) -> bool {
+        self.0.round(stats) & self.1.round(stats)
+    }
+    fn finish(&mut self, generation: &Generation) {
+        self.0.finish(generation);
+        self.1.finish(generation);
+    }
+}
 
 /// The outcome of one generation.
 #[derive(Clone, Debug, Serialize)]
@@ -83,4 +167,46 @@ pub struct Totals {
     pub prompt_seconds: f64,
     pub decode_seconds: f64,
     pub tokens_per_second: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts commits and says stop at the `stop_at`-th.
+    struct Counter {
+        seen: usize,
+        stop_at: Option<usize>,
+    }
+
+    impl Sink for Counter {
+        fn commit(&mut self, _commit: &Commit) -> bool {
+            self.seen += 1;
+            self.stop_at != Some(self.seen)
+        }
+    }
+
+    #[test]
+    fn a_tee_shows_both_sinks_every_event_and_stops_when_either_says_so() {
+        let commit = Commit {
+            token: Some(7),
+            from_draft: true,
+            text: "x",
+        };
+        let mut tee = Tee(
+            Counter {
+                seen: 0,
+                stop_at: Some(2),
+            },
+            Counter {
+                seen: 0,
+                stop_at: None,
+            },
+        );
+        assert!(tee.commit(&commit));
+        assert!(!tee.commit(&commit));
+        // The second sink saw the commit the first one stopped at.
+        assert_eq!((tee.0.seen, tee.1.seen), (2, 2));
+        assert!(tee.begin(&Begin { prompt_tokens: 3 }));
+    }
 }

@@ -33,8 +33,9 @@ fn default_pair() -> Engine {
 struct Rounds(Vec<RoundStats>);
 
 impl Sink for Rounds {
-    fn round(&mut self, stats: &RoundStats) {
+    fn round(&mut self, stats: &RoundStats) -> bool {
         self.0.push(stats.clone());
+        true
     }
 }
 
@@ -48,9 +49,7 @@ fn generate(
     request.speculation = speculation;
     request.block_size = Some(16);
     let mut rounds = Rounds::default();
-    let generation = engine
-        .generate(&request, &mut rounds, &CancelToken::default())
-        .unwrap();
+    let generation = engine.generate(&request, &mut rounds).unwrap();
     (generation.token_ids, rounds.0)
 }
 

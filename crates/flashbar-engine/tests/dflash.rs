@@ -88,22 +88,22 @@ struct Recorder {
 }
 
 impl Sink for Recorder {
-    fn text(&mut self, delta: &str) {
-        self.text.push_str(delta);
+    fn commit(&mut self, commit: &Commit) -> bool {
+        self.text.push_str(commit.text);
+        if let Some(id) = commit.token {
+            self.tokens.push((id, commit.from_draft));
+        }
+        true
     }
-    fn token(&mut self, id: u32, from_draft: bool) {
-        self.tokens.push((id, from_draft));
-    }
-    fn round(&mut self, stats: &RoundStats) {
+    fn round(&mut self, stats: &RoundStats) -> bool {
         self.rounds.push(stats.clone());
+        true
     }
 }
 
 fn run(engine: &Engine, request: &GenerateRequest) -> (Generation, Recorder) {
     let mut recorder = Recorder::default();
-    let generation = engine
-        .generate(request, &mut recorder, &CancelToken::default())
-        .unwrap();
+    let generation = engine.generate(request, &mut recorder).unwrap();
     (generation, recorder)
 }
 
@@ -207,12 +207,7 @@ fn with_oracle(
     let mut request = request.clone();
     request.speculation = Speculation::Dflash;
     let generation = engine
-        .generate_with(
-            &request,
-            Some(oracle),
-            &mut recorder,
-            &CancelToken::default(),
-        )
+        .generate_with(&request, Some(oracle), &mut recorder)
         .unwrap();
     (generation, recorder)
 }

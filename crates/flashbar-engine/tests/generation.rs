@@ -43,25 +43,24 @@ struct Recorder {
     text: String,
     tokens: Vec<u32>,
     rounds: usize,
-    cancel_after: Option<(usize, CancelToken)>,
+    /// Answer "stop" at this many tokens.
+    stop_after: Option<usize>,
 }
 
 impl Sink for Recorder {
-    fn text(&mut self, delta: &str) {
-        self.text.push_str(delta);
-    }
-    fn token(&mut self, id: u32, from_draft: bool) {
-        assert!(!from_draft, "plain decoding drafts nothing");
+    fn commit(&mut self, commit: &Commit) -> bool {
+        self.text.push_str(commit.text);
+        let Some(id) = commit.token else {
+            return true;
+        };
+        assert!(!commit.from_draft, "plain decoding drafts nothing");
         self.tokens.push(id);
-        if let Some((n, cancel)) = &self.cancel_after {
-            if self.tokens.len() == *n {
-                cancel.cancel();
-            }
-        }
+        self.stop_after != Some(self.tokens.len())
     }
-    fn round(&mut self, stats: &RoundStats) {
+    fn round(&mut self, stats: &RoundStats) -> bool {
         assert_eq!((stats.mode, stats.committed), (Mode::Ar, 1));
         self.rounds += 1;
+        true
     }
 }
 
@@ -109,9 +108,7 @@ fn greedy_text_matches_mlx_lm_and_streams_the_same() {
     let expected = &reference()["generate"];
     let mut recorder = Recorder::default();
     let request = greedy(expected["prompt"].as_str().unwrap(), 48);
-    let result = engine
-        .generate(&request, &mut recorder, &CancelToken::default())
-        .unwrap();
+    let result = engine.generate(&request, &mut recorder).unwrap();
     assert_eq!(result.token_ids, ids(&expected["ids"]));
     assert_eq!(result.text, expected["text"].as_str().unwrap());
     // Streamed == final, token for token.
@@ -128,11 +125,7 @@ fn greedy_text_matches_mlx_lm_and_streams_the_same() {
 #[test]
 fn max_tokens_ends_with_length() {
     let result = engine()
-        .generate(
-            &greedy("def fib(n):", 5),
-            &mut NullSink,
-            &CancelToken::default(),
-        )
+        .generate(&greedy("def fib(n):", 5), &mut NullSink)
         .unwrap();
     assert_eq!(result.token_ids.len(), 5);
     assert_eq!(result.finish_reason, FinishReason::Length);
@@ -142,11 +135,7 @@ fn max_tokens_ends_with_length() {
 fn a_stop_sequence_cuts_the_text_before_it() {
     let engine = engine();
     let full = engine
-        .generate(
-            &greedy("def fib(n):", 48),
-            &mut NullSink,
-            &CancelToken::default(),
-        )
+        .generate(&greedy("def fib(n):", 48), &mut NullSink)
         .unwrap();
     // A stop string from the middle of the greedy text.
     let chars: Vec<char> = full.text.chars().collect();
@@ -155,26 +144,25 @@ fn a_stop_sequence_cuts_the_text_before_it() {
     let mut request = greedy("def fib(n):", 48);
     request.stop = vec![stop.clone()];
     let mut recorder = Recorder::default();
-    let result = engine
-        .generate(&request, &mut recorder, &CancelToken::default())
-        .unwrap();
+    let result = engine.generate(&request, &mut recorder).unwrap();
     assert_eq!(result.finish_reason, FinishReason::Stop);
     assert_eq!(result.text, full.text[..cut], "stop {stop:?}");
     assert_eq!(recorder.text, result.text);
 }
 
 #[test]
-fn cancelling_stops_at_the_next_token() {
-    let cancel = CancelToken::default();
+fn a_sink_that_says_stop_ends_the_run_at_that_token() {
     let mut recorder = Recorder {
-        cancel_after: Some((3, cancel.clone())),
+        stop_after: Some(3),
         ..Default::default()
     };
     let result = engine()
-        .generate(&greedy("def fib(n):", 40), &mut recorder, &cancel)
+        .generate(&greedy("def fib(n):", 40), &mut recorder)
         .unwrap();
     assert_eq!(result.finish_reason, FinishReason::Cancelled);
     assert_eq!(result.token_ids.len(), 3);
+    // Nothing reached the sink after it said stop.
+    assert_eq!(recorder.tokens, result.token_ids);
 }
 
 #[test]
@@ -187,10 +175,7 @@ fn seeded_sampling_is_reproducible() {
             seed,
             ..Default::default()
         };
-        engine
-            .generate(&request, &mut NullSink, &CancelToken::default())
-            .unwrap()
-            .token_ids
+        engine.generate(&request, &mut NullSink).unwrap().token_ids
     };
     assert_eq!(run(1), run(1));
     assert_ne!(run(1), run(2));
@@ -256,7 +241,7 @@ fn bad_requests_are_refused_with_a_reason() {
     let engine = engine();
     let refuse = |request: GenerateRequest| {
         engine
-            .generate(&request, &mut NullSink, &CancelToken::default())
+            .generate(&request, &mut NullSink)
             .unwrap_err()
             .to_string()
     };
@@ -289,7 +274,6 @@ fn a_prompt_longer_than_the_context_is_refused() {
         .generate(
             &greedy("def fib(n): return fib(n - 1) + fib(n - 2)", 4),
             &mut NullSink,
-            &CancelToken::default(),
         )
         .unwrap_err();
     assert!(

@@ -10,16 +10,14 @@ use flashbar_engine::*;
 use mlx_rs::memory::active_memory;
 use std::path::PathBuf;
 
-/// Cancels the run at its second token: the first plain step's, read
+/// Stops the run at its second token: the first plain step's, read
 /// after the step that follows it was queued.
-struct CancelAtSecondToken(CancelToken, usize);
+struct StopAtSecondToken(usize);
 
-impl Sink for CancelAtSecondToken {
-    fn token(&mut self, _id: u32, _from_draft: bool) {
-        self.1 += 1;
-        if self.1 == 2 {
-            self.0.cancel();
-        }
+impl Sink for StopAtSecondToken {
+    fn commit(&mut self, commit: &Commit) -> bool {
+        self.0 += usize::from(commit.token.is_some());
+        self.0 < 2
     }
 }
 
@@ -27,13 +25,8 @@ fn cancelled_run(engine: &Engine, prompt: &str) -> Generation {
     let mut request = GenerateRequest::new(Prompt::Text(prompt.into()));
     request.max_tokens = 32;
     request.speculation = Speculation::Off;
-    let cancel = CancelToken::default();
     engine
-        .generate(
-            &request,
-            &mut CancelAtSecondToken(cancel.clone(), 0),
-            &cancel,
-        )
+        .generate(&request, &mut StopAtSecondToken(0))
         .unwrap()
 }
 

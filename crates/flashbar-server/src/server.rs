@@ -238,8 +238,10 @@ mod tests {
         /// Counts the tokens it sees.
         struct Count(Arc<AtomicUsize>);
         impl flashbar_engine::Sink for Count {
-            fn token(&mut self, _id: u32, _from_draft: bool) {
-                self.0.fetch_add(1, Ordering::SeqCst);
+            fn commit(&mut self, commit: &flashbar_engine::Commit) -> bool {
+                self.0
+                    .fetch_add(usize::from(commit.token.is_some()), Ordering::SeqCst);
+                true
             }
         }
         let seen = Arc::new(AtomicUsize::new(0));

@@ -1,18 +1,16 @@
 //! The chat: the UI sends a conversation, the engine worker streams the
-//! answer back as `chat:token` events (text + `from_draft`), one
+//! answer back as `chat:token` events (one per committed token: its id,
+//! `from_draft` and the text it released), one
 //! `chat:round` per decoding round (the metrics panel), then `chat:done`
 //! or `chat:error`. `chat_stop` cancels a running or queued answer.
 //! Requests to the local server report their rounds too ([`HttpRounds`]).
 
-mod pieces;
-
 use crate::engine::EngineHandle;
 use crate::settings::SettingsHandle;
 use flashbar_engine::{
-    CancelToken, GenerateRequest, Message, Prompt, RoundStats, SamplingParams, Sink,
+    CancelToken, Commit, GenerateRequest, Message, Prompt, RoundStats, SamplingParams, Sink,
 };
 use flashbar_server::worker::Event;
-use pieces::{Pairer, Piece};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,11 +45,14 @@ pub struct Jobs {
     cancels: Mutex<HashMap<u64, CancelToken>>,
 }
 
+/// `chat:token`: one committed token; `id` is None for text held back
+/// (UTF-8, a possible stop sequence) and released at the end.
 #[derive(Clone, Serialize)]
-struct TokenEvent {
+struct TokenEvent<'a> {
     job: u64,
-    #[serde(flatten)]
-    piece: Piece,
+    id: Option<u32>,
+    from_draft: bool,
+    text: &'a str,
 }
 
 #[derive(Clone, Serialize)]
@@ -67,23 +68,23 @@ struct RoundEvent<'a> {
 struct Observer {
     app: AppHandle,
     job: u64,
-    pairer: Pairer,
 }
 
 impl Sink for Observer {
-    fn token(&mut self, id: u32, from_draft: bool) {
-        if let Some(piece) = self.pairer.token(id, from_draft) {
-            self.send(piece);
-        }
+    fn commit(&mut self, commit: &Commit) -> bool {
+        let event = TokenEvent {
+            job: self.job,
+            id: commit.token,
+            from_draft: commit.from_draft,
+            text: commit.text,
+        };
+        let _ = self.app.emit("chat:token", event);
+        true
     }
 
-    fn text(&mut self, delta: &str) {
-        let piece = self.pairer.text(delta);
-        self.send(piece);
-    }
-
-    fn round(&mut self, stats: &RoundStats) {
+    fn round(&mut self, stats: &RoundStats) -> bool {
         emit_round(&self.app, self.job, stats);
+        true
     }
 }
 
@@ -113,8 +114,9 @@ pub fn emit_round(app: &AppHandle, job: u64, stats: &RoundStats) {
 pub struct HttpRounds(pub AppHandle);
 
 impl Sink for HttpRounds {
-    fn round(&mut self, stats: &RoundStats) {
+    fn round(&mut self, stats: &RoundStats) -> bool {
         emit_round(&self.0, HTTP_JOB, stats);
+        true
     }
 }
 
@@ -129,18 +131,6 @@ impl Drop for HttpRounds {
 impl Drop for Observer {
     fn drop(&mut self) {
         crate::shell::tray::show_idle(&self.app);
-    }
-}
-
-impl Observer {
-    fn send(&self, piece: Piece) {
-        let _ = self.app.emit(
-            "chat:token",
-            TokenEvent {
-                job: self.job,
-                piece,
-            },
-        );
     }
 }
 
@@ -205,7 +195,6 @@ pub fn chat_send(
     let observer = Observer {
         app: app.clone(),
         job,
-        pairer: Pairer::default(),
     };
     let mut events = worker
         .submit_observed(request, cancel.clone(), Some(Box::new(observer)))

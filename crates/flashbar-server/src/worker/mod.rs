@@ -12,8 +12,8 @@
 use crate::api::Outcome;
 use crate::error::ApiError;
 use flashbar_engine::{
-    CancelToken, Engine, EngineError, GenerateRequest, Generation, Mode, Prompt, RoundStats, Sink,
-    Speculation,
+    CancelToken, Commit, Engine, EngineError, GenerateRequest, Generation, Mode, NullSink, Prompt,
+    RoundStats, Sink, Speculation, Tee,
 };
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -35,7 +35,6 @@ pub trait Backend {
         &self,
         request: &GenerateRequest,
         sink: &mut dyn Sink,
-        cancel: &CancelToken,
     ) -> Result<Generation, EngineError>;
 }
 
@@ -53,9 +52,8 @@ impl Backend for Engine {
         &self,
         request: &GenerateRequest,
         sink: &mut dyn Sink,
-        cancel: &CancelToken,
     ) -> Result<Generation, EngineError> {
-        Engine::generate(self, request, sink, cancel)
+        Engine::generate(self, request, sink)
     }
 }
 
@@ -431,38 +429,32 @@ impl Drop for Worker {
     }
 }
 
-/// Forwards text to the job's channel and counts rejected drafts; a closed
-/// channel (client gone) cancels the generation.
+/// Forwards text to the job's channel and counts rejected drafts; a
+/// cancel or a closed channel (client gone) stops the generation.
 struct ChannelSink<'a> {
     events: &'a UnboundedSender<Event>,
     cancel: &'a CancelToken,
     rejected: usize,
-    observer: Option<&'a mut Observer>,
 }
 
 impl Sink for ChannelSink<'_> {
-    fn text(&mut self, delta: &str) {
-        if let Some(observer) = self.observer.as_mut() {
-            observer.text(delta);
+    fn commit(&mut self, commit: &Commit) -> bool {
+        if !commit.text.is_empty()
+            && self
+                .events
+                .send(Event::Text(commit.text.to_owned()))
+                .is_err()
+        {
+            return false;
         }
-        if self.events.send(Event::Text(delta.to_owned())).is_err() {
-            self.cancel.cancel();
-        }
+        !self.cancel.is_cancelled()
     }
 
-    fn token(&mut self, id: u32, from_draft: bool) {
-        if let Some(observer) = self.observer.as_mut() {
-            observer.token(id, from_draft);
-        }
-    }
-
-    fn round(&mut self, stats: &RoundStats) {
-        if let Some(observer) = self.observer.as_mut() {
-            observer.round(stats);
-        }
+    fn round(&mut self, stats: &RoundStats) -> bool {
         if stats.mode == Mode::Dflash {
             self.rejected += stats.block_size.saturating_sub(1 + stats.accepted);
         }
+        !self.cancel.is_cancelled()
     }
 }
 
@@ -496,16 +488,21 @@ fn run(backend: &dyn Backend, mut job: Job, reloaded_ms: Option<u64>) {
             prompt_tokens: prompt.len(),
             reloaded_ms,
         });
-        let mut sink = ChannelSink {
+        let channel = ChannelSink {
             events,
             cancel: &job.cancel,
             rejected: 0,
-            observer: observer.as_mut(),
         };
-        let generation = backend.generate(&job.request, &mut sink, &job.cancel)?;
+        let mut null = NullSink;
+        let observer: &mut dyn Sink = match observer.as_mut() {
+            Some(observer) => observer,
+            None => &mut null,
+        };
+        let mut sink = Tee(channel, observer);
+        let generation = backend.generate(&job.request, &mut sink)?;
         Ok(Outcome {
             generation,
-            rejected_tokens: sink.rejected,
+            rejected_tokens: sink.0.rejected,
         })
     }));
     let event = match outcome {

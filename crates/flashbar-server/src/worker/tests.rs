@@ -24,20 +24,22 @@ impl Backend for EchoBackend {
         &self,
         request: &GenerateRequest,
         sink: &mut dyn Sink,
-        cancel: &CancelToken,
     ) -> Result<Generation, EngineError> {
         let mut text = String::new();
         let mut finish = FinishReason::Length;
         for i in 0..request.max_tokens {
-            if cancel.is_cancelled() {
+            std::thread::sleep(self.delay);
+            let word = format!("w{i} ");
+            text.push_str(&word);
+            let go_on = sink.commit(&Commit {
+                token: Some(i as u32),
+                from_draft: i % 2 == 1,
+                text: &word,
+            });
+            if !go_on {
                 finish = FinishReason::Cancelled;
                 break;
             }
-            std::thread::sleep(self.delay);
-            let word = format!("w{i} ");
-            sink.token(i as u32, i % 2 == 1);
-            sink.text(&word);
-            text.push_str(&word);
         }
         Ok(Generation {
             text,
@@ -96,14 +98,12 @@ fn a_job_streams_then_finishes() {
 struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
 
 impl Sink for Recorder {
-    fn text(&mut self, delta: &str) {
-        self.0.lock().unwrap().push(format!("text {delta}"));
-    }
-    fn token(&mut self, id: u32, from_draft: bool) {
-        self.0
-            .lock()
-            .unwrap()
-            .push(format!("token {id} {from_draft}"));
+    fn commit(&mut self, commit: &Commit) -> bool {
+        self.0.lock().unwrap().push(format!(
+            "token {:?} {} text {}",
+            commit.token, commit.from_draft, commit.text
+        ));
+        true
     }
 }
 
@@ -122,7 +122,10 @@ fn an_observer_sees_tokens_with_their_origin_and_text() {
     }
     assert_eq!(
         *seen.lock().unwrap(),
-        ["token 0 false", "text w0 ", "token 1 true", "text w1 "]
+        [
+            "token Some(0) false text w0 ",
+            "token Some(1) true text w1 "
+        ]
     );
 }
 
@@ -258,9 +261,8 @@ impl Backend for Counted {
         &self,
         request: &GenerateRequest,
         sink: &mut dyn Sink,
-        cancel: &CancelToken,
     ) -> Result<Generation, EngineError> {
-        self.echo.generate(request, sink, cancel)
+        self.echo.generate(request, sink)
     }
 }
 
