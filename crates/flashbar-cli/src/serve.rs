@@ -5,7 +5,8 @@
 use crate::models::resolve_pair;
 use anyhow::{bail, Context};
 use flashbar_engine::Engine;
-use flashbar_server::{Server, ServerOptions, Worker, DEFAULT_HOST, DEFAULT_PORT};
+use flashbar_engine::Worker;
+use flashbar_server::{Server, ServerOptions, DEFAULT_HOST, DEFAULT_PORT};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -33,7 +34,7 @@ pub struct ServeArgs {
     #[arg(long = "cors-origin")]
     cors_origins: Vec<String>,
     /// Requests that may wait for the model before 429.
-    #[arg(long, default_value_t = flashbar_server::DEFAULT_QUEUE_CAPACITY)]
+    #[arg(long, default_value_t = flashbar_engine::DEFAULT_QUEUE_CAPACITY)]
     queue: usize,
 }
 

@@ -53,6 +53,7 @@ struct Run<'t> {
     rounds: usize,
     dflash_rounds: usize,
     accepted: usize,
+    rejected: usize,
     prompt_len: usize,
     max_tokens: usize,
 }
@@ -76,6 +77,7 @@ impl Decoding<'_, '_> {
             rounds: 0,
             dflash_rounds: 0,
             accepted: 0,
+            rejected: 0,
             prompt_len: prompt.len(),
             max_tokens,
         };
@@ -141,6 +143,7 @@ impl Decoding<'_, '_> {
                 completion_tokens: completion,
                 rounds: run.rounds,
                 accepted_tokens: run.accepted,
+                rejected_tokens: run.rejected,
                 mean_accept_len: run.generated as f64 / run.rounds.max(1) as f64,
                 prompt_seconds: (first_token_at - started).as_secs_f64(),
                 decode_seconds,
@@ -357,6 +360,7 @@ impl Decoding<'_, '_> {
         run.rounds += 1;
         run.dflash_rounds += 1;
         run.accepted += accepted;
+        run.rejected += drafted.len() - accepted;
         let round_ms = ms_since(round_start);
         let thermal = self.thermal.state();
         let (speedup, gate) = match self.gate() {

@@ -112,8 +112,9 @@ impl Engine {
             (_, Some(drafter)) => {
                 self.generate_with(request, Some(&mut DflashProposer::new(drafter)), sink)
             }
-            (Speculation::Dflash, None) => Err(EngineError::InvalidRequest(
-                "speculation \"dflash\" needs a drafter, and none is loaded".into(),
+            (Speculation::Dflash, None) => Err(EngineError::param(
+                "speculation",
+                "speculation \"dflash\" needs a drafter, and none is loaded",
             )),
         }
     }
@@ -129,11 +130,6 @@ impl Engine {
         sink: &mut dyn Sink,
     ) -> Result<Generation> {
         let (prompt, max_tokens) = self.prepare(request)?;
-        if request.block_size == Some(0) {
-            return Err(EngineError::InvalidRequest(
-                "block_size must be at least 1".into(),
-            ));
-        }
         // One generation at a time per engine: the gate's measurements
         // belong to this model on this machine.
         let mut gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
@@ -174,26 +170,41 @@ impl Engine {
         self.gate.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Validates a request: its prompt ids and the tokens it may generate.
+    /// Checks a request, templating and tokenizing its prompt (the one
+    /// place this happens): its prompt ids and the tokens it may generate.
     fn prepare(&self, request: &GenerateRequest) -> Result<(Vec<u32>, usize)> {
         request
             .sampling
             .validate()
             .map_err(EngineError::InvalidRequest)?;
-        let prompt = self.prompt_ids(&request.prompt)?;
-        let context = self.context_length();
-        if prompt.is_empty() {
-            return Err(EngineError::InvalidRequest("the prompt is empty".into()));
-        }
-        if prompt.len() >= context {
-            return Err(EngineError::InvalidRequest(format!(
-                "the prompt has {} tokens; the model's context is {context}",
-                prompt.len()
-            )));
+        if request.block_size == Some(0) {
+            return Err(EngineError::param(
+                "block_size",
+                "block_size must be at least 1",
+            ));
         }
         if request.max_tokens == 0 {
-            return Err(EngineError::InvalidRequest(
-                "max_tokens must be at least 1".into(),
+            return Err(EngineError::param(
+                "max_tokens",
+                "max_tokens must be at least 1",
+            ));
+        }
+        let prompt = self.prompt_ids(&request.prompt)?;
+        let field = match request.prompt {
+            Prompt::Text(_) => "prompt",
+            Prompt::Messages(_) => "messages",
+        };
+        let context = self.context_length();
+        if prompt.is_empty() {
+            return Err(EngineError::param(field, "the prompt is empty"));
+        }
+        if prompt.len() >= context {
+            return Err(EngineError::param(
+                field,
+                format!(
+                    "the prompt has {} tokens; the model's context is {context}",
+                    prompt.len()
+                ),
             ));
         }
         let max_tokens = request.max_tokens.min(context - prompt.len());

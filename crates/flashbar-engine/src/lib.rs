@@ -10,7 +10,10 @@
 //! speculative paths can reproduce it); stop rules and UTF-8-safe streaming;
 //! the decoding loop (plain steps and DFlash draft-verify rounds, mixed as
 //! the [`policy`] gate decides), with the [`proposer`] that supplies drafts;
-//! [`verify_cost`], the measure that caps any DFlash speedup.
+//! [`verify_cost`], the measure that caps any DFlash speedup; and the
+//! [`worker`]: the one thread that owns a loaded engine and runs queued
+//! generations in arrival order, which the app, the HTTP server and the
+//! CLI's `serve` all submit to.
 
 pub mod chat_template;
 mod choose;
@@ -28,6 +31,7 @@ pub mod sink;
 pub mod stop;
 pub mod tokenizer;
 pub mod verify_cost;
+pub mod worker;
 
 pub use chat_template::Message;
 pub use engine::Engine;
@@ -37,3 +41,4 @@ pub use sampling::SamplingParams;
 pub use sink::{
     Begin, Commit, FinishReason, Generation, Mode, NullSink, RoundStats, Sink, Tee, Totals,
 };
+pub use worker::{Activity, Backend, Event, Observer, Worker, DEFAULT_QUEUE_CAPACITY};

@@ -162,7 +162,10 @@ pub struct Totals {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub rounds: usize,
+    /// Drafted tokens the target accepted, over all DFlash rounds.
     pub accepted_tokens: usize,
+    /// Drafted tokens the target rejected, over all DFlash rounds.
+    pub rejected_tokens: usize,
     pub mean_accept_len: f64,
     pub prompt_seconds: f64,
     pub decode_seconds: f64,

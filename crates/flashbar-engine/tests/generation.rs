@@ -252,7 +252,15 @@ fn bad_requests_are_refused_with_a_reason() {
     assert!(refuse(hot).contains("temperature"));
     let mut dflash = greedy("hi", 8);
     dflash.speculation = Speculation::Dflash;
-    assert!(refuse(dflash).contains("drafter"));
+    assert!(refuse(dflash.clone()).contains("drafter"));
+    // Each names the request's field, for the API's error object.
+    let field = |request: GenerateRequest| match engine.generate(&request, &mut NullSink) {
+        Err(EngineError::InvalidParam { param, .. }) => param,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(field(dflash), "speculation");
+    assert_eq!(field(greedy("", 8)), "prompt");
+    assert_eq!(field(greedy("hi", 0)), "max_tokens");
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //! Prints `listening on http://ADDR` like `flashbar serve`; SIGTERM ends it.
 
 use flashbar_engine::Engine;
-use flashbar_server::{Server, ServerOptions, Worker};
+use flashbar_engine::Worker;
+use flashbar_server::{Server, ServerOptions};
 use std::path::PathBuf;
 use std::sync::Arc;
 

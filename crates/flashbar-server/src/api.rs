@@ -85,14 +85,6 @@ pub enum PromptText {
     Many(Vec<String>),
 }
 
-/// What the engine reported about a finished generation.
-#[derive(Clone, Debug)]
-pub struct Outcome {
-    pub generation: Generation,
-    /// Drafted tokens the target rejected, over all DFlash rounds.
-    pub rejected_tokens: usize,
-}
-
 pub fn finish_reason(reason: FinishReason) -> &'static str {
     match reason {
         FinishReason::Length => "length",
@@ -101,8 +93,8 @@ pub fn finish_reason(reason: FinishReason) -> &'static str {
 }
 
 /// `usage`, with speculation in OpenAI's own `completion_tokens_details`.
-pub fn usage(outcome: &Outcome) -> Value {
-    let s = &outcome.generation.stats;
+pub fn usage(generation: &Generation) -> Value {
+    let s = &generation.stats;
     json!({
         "prompt_tokens": s.prompt_tokens,
         "completion_tokens": s.completion_tokens,
@@ -110,14 +102,14 @@ pub fn usage(outcome: &Outcome) -> Value {
         "completion_tokens_details": {
             "reasoning_tokens": 0,
             "accepted_prediction_tokens": s.accepted_tokens,
-            "rejected_prediction_tokens": outcome.rejected_tokens,
+            "rejected_prediction_tokens": s.rejected_tokens,
         },
     })
 }
 
 /// The extra top-level `flashbar` object: how the tokens were made.
-pub fn flashbar_stats(outcome: &Outcome) -> Value {
-    let s = &outcome.generation.stats;
+pub fn flashbar_stats(generation: &Generation) -> Value {
+    let s = &generation.stats;
     json!({
         "mode": s.mode,
         "rounds": s.rounds,
@@ -134,7 +126,7 @@ pub struct Head {
     pub model: String,
 }
 
-pub fn chat_completion(head: &Head, outcome: &Outcome) -> Value {
+pub fn chat_completion(head: &Head, generation: &Generation) -> Value {
     json!({
         "id": head.id,
         "object": "chat.completion",
@@ -142,16 +134,16 @@ pub fn chat_completion(head: &Head, outcome: &Outcome) -> Value {
         "model": head.model,
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": outcome.generation.text},
+            "message": {"role": "assistant", "content": generation.text},
             "logprobs": null,
-            "finish_reason": finish_reason(outcome.generation.finish_reason),
+            "finish_reason": finish_reason(generation.finish_reason),
         }],
-        "usage": usage(outcome),
-        "flashbar": flashbar_stats(outcome),
+        "usage": usage(generation),
+        "flashbar": flashbar_stats(generation),
     })
 }
 
-pub fn text_completion(head: &Head, outcome: &Outcome) -> Value {
+pub fn text_completion(head: &Head, generation: &Generation) -> Value {
     json!({
         "id": head.id,
         "object": "text_completion",
@@ -159,12 +151,12 @@ pub fn text_completion(head: &Head, outcome: &Outcome) -> Value {
         "model": head.model,
         "choices": [{
             "index": 0,
-            "text": outcome.generation.text,
+            "text": generation.text,
             "logprobs": null,
-            "finish_reason": finish_reason(outcome.generation.finish_reason),
+            "finish_reason": finish_reason(generation.finish_reason),
         }],
-        "usage": usage(outcome),
-        "flashbar": flashbar_stats(outcome),
+        "usage": usage(generation),
+        "flashbar": flashbar_stats(generation),
     })
 }
 
@@ -200,10 +192,10 @@ pub fn chunk(
 }
 
 /// The final usage chunk (`stream_options.include_usage`): no choices.
-pub fn usage_chunk(kind: Kind, head: &Head, outcome: &Outcome) -> Value {
+pub fn usage_chunk(kind: Kind, head: &Head, generation: &Generation) -> Value {
     let mut value = chunk_with(kind, head, Vec::new());
-    value["usage"] = usage(outcome);
-    value["flashbar"] = flashbar_stats(outcome);
+    value["usage"] = usage(generation);
+    value["flashbar"] = flashbar_stats(generation);
     value
 }
 
@@ -226,20 +218,18 @@ mod tests {
     use super::*;
     use flashbar_engine::Totals;
 
-    fn outcome() -> Outcome {
-        Outcome {
-            generation: Generation {
-                text: "hi".into(),
-                token_ids: vec![1, 2],
-                finish_reason: FinishReason::Length,
-                stats: Totals {
-                    prompt_tokens: 5,
-                    completion_tokens: 2,
-                    accepted_tokens: 1,
-                    ..Totals::default()
-                },
+    fn outcome() -> Generation {
+        Generation {
+            text: "hi".into(),
+            token_ids: vec![1, 2],
+            finish_reason: FinishReason::Length,
+            stats: Totals {
+                prompt_tokens: 5,
+                completion_tokens: 2,
+                accepted_tokens: 1,
+                rejected_tokens: 14,
+                ..Totals::default()
             },
-            rejected_tokens: 14,
         }
     }
 

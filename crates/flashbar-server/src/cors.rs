@@ -80,9 +80,9 @@ mod tests {
     #[tokio::test]
     async fn preflight_allows_listed_origins_only() {
         use crate::routes::{router, AppState};
-        use crate::worker::tests::echo_worker;
         use axum::body::Body;
         use axum::http::Request;
+        use flashbar_engine::worker::echo::echo_worker;
         use std::sync::Arc;
         use tower::ServiceExt;
 

@@ -144,10 +144,14 @@ impl ApiError {
     }
 }
 
+/// The engine's errors as the API answers them: a bad request 400 (naming
+/// its field when the engine does), a full queue 429, the rest 500.
 impl From<EngineError> for ApiError {
     fn from(error: EngineError) -> Self {
         match error {
             EngineError::InvalidRequest(message) => ApiError::invalid(message),
+            EngineError::InvalidParam { param, message } => ApiError::invalid_param(param, message),
+            EngineError::QueueFull { capacity } => ApiError::queue_full(capacity),
             other => ApiError::internal(other.to_string()),
         }
     }
@@ -195,5 +199,19 @@ mod tests {
         let e: ApiError = EngineError::Tokenizer("broken".into()).into();
         assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(e.body()["error"]["type"], "server_error");
+        let e: ApiError = EngineError::InvalidParam {
+            param: "speculation",
+            message: "no drafter".into(),
+        }
+        .into();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            (e.param.as_deref(), e.message.as_str()),
+            (Some("speculation"), "no drafter")
+        );
+        let e: ApiError = EngineError::QueueFull { capacity: 3 }.into();
+        assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
+        let e: ApiError = EngineError::Panicked.into();
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

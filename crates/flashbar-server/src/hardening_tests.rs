@@ -5,7 +5,7 @@
 
 use crate::limits::Limits;
 use crate::server::{Server, ServerOptions};
-use crate::worker::tests::echo_worker;
+use flashbar_engine::worker::echo::echo_worker;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

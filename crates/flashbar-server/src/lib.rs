@@ -1,13 +1,12 @@
 //! Flashbar's local OpenAI-compatible HTTP endpoint.
 //!
-//! One [`Worker`] thread owns the loaded model and serves generations in
-//! arrival order from a bounded queue; a [`Server`] (axum) answers
+//! The engine's [`Worker`] (one thread owning the loaded model, a bounded
+//! queue served in arrival order) runs the generations; a [`Server`] (axum) answers
 //! `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions`
 //! (whole or streamed as server-sent events) and `GET /health`, with
 //! OpenAI error objects, an optional API key and optional CORS.
 //!
-//! Modules: [`api`] (wire types), [`convert`] (request checks), [`worker`]
-//! (queue and engine thread), [`routes`], [`sse`], [`auth`], [`cors`],
+//! Modules: [`api`] (wire types), [`convert`] (request checks), [`routes`], [`sse`], [`auth`], [`cors`],
 //! [`error`], [`server`] (start / stop), [`listen`] (connections),
 //! [`limits`] and [`body`] (what a client may cost), [`memory`] (MLX's
 //! counters for `/health`), [`request_log`] (one log line per request).
@@ -25,7 +24,6 @@ pub mod request_log;
 pub mod routes;
 pub mod server;
 pub mod sse;
-pub mod worker;
 
 #[cfg(test)]
 mod hardening_tests;
@@ -35,7 +33,6 @@ mod request_log_tests;
 pub use error::ApiError;
 pub use limits::Limits;
 pub use server::{ObserveRequests, Server, ServerError, ServerOptions};
-pub use worker::{Activity, Backend, Observer, Worker, DEFAULT_QUEUE_CAPACITY};
 
 /// The default port: unused by other local-LLM apps (LM Studio 1234,
 /// Ollama 11434, Jan 1337, oMLX 8000).

@@ -8,11 +8,11 @@
 //! API key), a query string or any prompt or completion text.
 //! `docs/logging.md` says where the lines go.
 
-use crate::api::Outcome;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
+use flashbar_engine::Generation;
 use flashbar_engine::{Mode, Speculation};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use std::fmt;
@@ -72,8 +72,8 @@ impl Record {
     }
 
     /// The generation ended.
-    pub fn done(&self, outcome: &Outcome) {
-        let s = &outcome.generation.stats;
+    pub fn done(&self, generation: &Generation) {
+        let s = &generation.stats;
         let usage = Usage {
             prompt_tokens: s.prompt_tokens,
             completion_tokens: s.completion_tokens,

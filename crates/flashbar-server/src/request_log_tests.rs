@@ -4,9 +4,9 @@
 use crate::limits::Limits;
 use crate::request_log::{LineSink, RequestLine, TARGET};
 use crate::routes::{router, AppState};
-use crate::worker::tests::echo_worker;
 use axum::body::{to_bytes, Body};
 use axum::http::Request;
+use flashbar_engine::worker::echo::echo_worker;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use tower::ServiceExt;

@@ -9,7 +9,6 @@ use crate::error::ApiError;
 use crate::limits::Limits;
 use crate::request_log::{self, LineSink, Record};
 use crate::server::ObserveRequests;
-use crate::worker::{CancelOnDrop, Event, Worker};
 use crate::{body, memory, sse};
 use axum::body::Body;
 use axum::extract::{Extension, Path, State};
@@ -17,6 +16,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use flashbar_engine::worker::{CancelOnDrop, Event, Worker};
 use flashbar_engine::CancelToken;
 use serde_json::{json, Value};
 use std::hash::{BuildHasher, Hasher};
@@ -228,7 +228,7 @@ async fn start_answer(
     };
     match first {
         Some(Event::Started { .. }) => {}
-        Some(Event::Failed(error)) => return Err(error),
+        Some(Event::Failed(error)) => return Err(error.into()),
         _ => return Err(ApiError::internal("the engine stopped")),
     }
     let waited = submitted.elapsed().as_millis();
@@ -260,7 +260,7 @@ async fn start_answer(
         let Some(event) = event else { break };
         match event {
             Event::Started { .. } | Event::Text(_) => {}
-            Event::Failed(error) => return Err(error),
+            Event::Failed(error) => return Err(error.into()),
             Event::Done(outcome) => {
                 if let Some(record) = &record {
                     record.done(&outcome);
@@ -279,9 +279,9 @@ async fn start_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::worker::tests::echo_worker;
     use axum::body::{to_bytes, Body};
     use axum::http::Request;
+    use flashbar_engine::worker::echo::echo_worker;
     use tower::ServiceExt;
 
     fn app(key: Option<&str>) -> Router {

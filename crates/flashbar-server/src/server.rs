@@ -6,8 +6,8 @@
 
 use crate::limits::Limits;
 use crate::routes::{self, AppState};
-use crate::worker::{Observer, Worker};
 use crate::{cors, listen, DEFAULT_PORT};
+use flashbar_engine::worker::{Observer, Worker};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -171,7 +171,7 @@ impl Drop for Server {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::worker::tests::echo_worker;
+    use flashbar_engine::worker::echo::echo_worker;
 
     #[tokio::test]
     async fn start_stop_restart_and_busy_port() {

@@ -5,9 +5,9 @@
 
 use crate::api::{self, Head, Kind};
 use crate::request_log::Record;
-use crate::worker::{CancelOnDrop, Event};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
+use flashbar_engine::worker::{CancelOnDrop, Event};
 use futures_util::stream;
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -79,7 +79,7 @@ pub fn respond(
                     if let Some(record) = &state.record {
                         record.done(&outcome);
                     }
-                    let reason = Some(outcome.generation.finish_reason);
+                    let reason = Some(outcome.finish_reason);
                     let last = api::chunk(state.kind, &state.head, false, "", reason);
                     state.pending.push_back(data(last));
                     if state.include_usage {
@@ -91,7 +91,9 @@ pub fn respond(
                 }
                 Some(Event::Failed(error)) => {
                     // Clients raise on a chunk carrying an error object.
-                    state.pending.push_back(data(error.body()));
+                    state
+                        .pending
+                        .push_back(data(crate::error::ApiError::from(error).body()));
                     state.finished = true;
                 }
                 None => {

@@ -7,10 +7,10 @@
 
 use crate::engine::EngineHandle;
 use crate::settings::SettingsHandle;
+use flashbar_engine::Event;
 use flashbar_engine::{
     CancelToken, Commit, GenerateRequest, Message, Prompt, RoundStats, SamplingParams, Sink,
 };
-use flashbar_server::worker::Event;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -198,19 +198,19 @@ pub fn chat_send(
     };
     let mut events = worker
         .submit_observed(request, cancel.clone(), Some(Box::new(observer)))
-        .map_err(|error| error.message)?;
+        .map_err(|error| error.to_string())?;
     lock(&jobs.cancels).insert(job, cancel);
     tauri::async_runtime::spawn(async move {
         // Text comes through the observer; here only the end matters.
         let mut last = None;
         while let Some(event) = events.recv().await {
             match event {
-                Event::Done(outcome) => {
-                    last = Some(Ok(outcome));
+                Event::Done(generation) => {
+                    last = Some(Ok(generation));
                     break;
                 }
                 Event::Failed(error) => {
-                    last = Some(Err(error.message));
+                    last = Some(Err(error.to_string()));
                     break;
                 }
                 Event::Started {
@@ -225,8 +225,7 @@ pub fn chat_send(
         }
         lock(&app.state::<Jobs>().cancels).remove(&job);
         match last {
-            Some(Ok(outcome)) => {
-                let generation = &outcome.generation;
+            Some(Ok(generation)) => {
                 let _ = app.emit(
                     "chat:done",
                     serde_json::json!({

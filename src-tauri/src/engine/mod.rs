@@ -8,7 +8,7 @@
 pub mod pair;
 
 use flashbar_engine::Engine;
-use flashbar_server::Worker;
+use flashbar_engine::Worker;
 use pair::Pair;
 use serde::Serialize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tauri::{AppHandle, Emitter, Manager};
 
 /// Generations that may wait for the engine (chat + HTTP together).
-const QUEUE_CAPACITY: usize = flashbar_server::DEFAULT_QUEUE_CAPACITY;
+const QUEUE_CAPACITY: usize = flashbar_engine::DEFAULT_QUEUE_CAPACITY;
 
 /// Seconds of idle before an unload, overriding the setting's minutes
 /// (the end-to-end test uses a few seconds).

@@ -9,7 +9,8 @@ pub mod log;
 
 use crate::engine::EngineHandle;
 use crate::settings::SettingsHandle;
-use flashbar_server::{ObserveRequests, Observer, Server, ServerOptions};
+use flashbar_engine::Observer;
+use flashbar_server::{ObserveRequests, Server, ServerOptions};
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use tauri::{AppHandle, Emitter, Manager, State};

@@ -1,7 +1,9 @@
 //! The generation worker: ONE thread owns the engine (MLX arrays stay on
 //! it) and takes jobs from a bounded FIFO queue, so requests are served
-//! fairly in arrival order; a full queue is refused at once (429). Each job
-//! streams [`Event`]s back to its async handler over a channel.
+//! fairly in arrival order; a full queue is refused at once
+//! ([`EngineError::QueueFull`]). Each job streams [`Event`]s back over a
+//! channel (async for the server's handlers, blocking for the app). The
+//! app's chat, the HTTP server and their tests all queue here.
 //!
 //! Idle unload ([`Worker::spawn_unloading`]): after a stretch with no job
 //! the thread drops the model and MLX's buffer cache, and the next job
@@ -9,12 +11,10 @@
 //! took). Unloading and reloading happen on the engine thread between jobs,
 //! so a request that arrives meanwhile simply waits in the queue.
 
-use crate::api::Outcome;
-use crate::error::ApiError;
-use flashbar_engine::{
-    CancelToken, Commit, Engine, EngineError, GenerateRequest, Generation, Mode, NullSink, Prompt,
-    RoundStats, Sink, Speculation, Tee,
-};
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::request::{CancelToken, GenerateRequest};
+use crate::sink::{Begin, Commit, Generation, NullSink, RoundStats, Sink, Tee};
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -26,11 +26,10 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 /// Requests that may wait for the engine by default.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 64;
 
-/// What the worker needs from a model: the engine, or a test's stand-in.
+/// What the worker needs from a model: the engine, or a test's stand-in
+/// ([`echo`]). `generate` checks the request before its sink's `begin`.
 pub trait Backend {
     fn context_length(&self) -> usize;
-    fn has_drafter(&self) -> bool;
-    fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>, EngineError>;
     fn generate(
         &self,
         request: &GenerateRequest,
@@ -41,12 +40,6 @@ pub trait Backend {
 impl Backend for Engine {
     fn context_length(&self) -> usize {
         Engine::context_length(self)
-    }
-    fn has_drafter(&self) -> bool {
-        self.drafter().is_some()
-    }
-    fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
-        Engine::prompt_ids(self, prompt)
     }
     fn generate(
         &self,
@@ -69,8 +62,8 @@ pub enum Event {
         reloaded_ms: Option<u64>,
     },
     Text(String),
-    Done(Box<Outcome>),
-    Failed(ApiError),
+    Done(Box<Generation>),
+    Failed(EngineError),
 }
 
 /// Sees a job's tokens (with their origin), text and rounds as they happen,
@@ -138,11 +131,11 @@ struct Resident<B, F> {
 
 impl<B, E: Display, F: FnMut() -> Result<B, E>> Resident<B, F> {
     /// The model, loading it first if it was unloaded (with the time that took).
-    fn get(&mut self, state: &State) -> Result<(&B, Option<u64>), String> {
+    fn get(&mut self, state: &State) -> Result<(&B, Option<u64>), EngineError> {
         let mut reloaded_ms = None;
         if self.backend.is_none() {
             let started = Instant::now();
-            let backend = (self.load)().map_err(|e| format!("reloading the model failed: {e}"))?;
+            let backend = (self.load)().map_err(|e| EngineError::Reload(e.to_string()))?;
             let ms = started.elapsed().as_millis() as u64;
             tracing::info!(ms, "model reloaded after an idle unload");
             self.backend = Some(backend);
@@ -151,7 +144,7 @@ impl<B, E: Display, F: FnMut() -> Result<B, E>> Resident<B, F> {
         }
         match &self.backend {
             Some(backend) => Ok((backend, reloaded_ms)),
-            None => Err("the model is not loaded".into()),
+            None => Err(EngineError::Reload("the model is not loaded".into())),
         }
     }
 
@@ -292,8 +285,8 @@ impl Worker {
                         // Else its client left while it waited.
                         match resident.get(&thread_state) {
                             Ok((backend, reloaded_ms)) => run(backend, job, reloaded_ms),
-                            Err(message) => {
-                                let _ = job.events.send(Event::Failed(ApiError::internal(message)));
+                            Err(error) => {
+                                let _ = job.events.send(Event::Failed(error));
                             }
                         }
                     }
@@ -326,12 +319,12 @@ impl Worker {
     }
 
     /// Queues a generation; its events come on the returned channel.
-    /// Refused with 429 when the queue is full.
+    /// Refused at once when the queue is full.
     pub fn submit(
         &self,
         request: GenerateRequest,
         cancel: CancelToken,
-    ) -> Result<UnboundedReceiver<Event>, ApiError> {
+    ) -> Result<UnboundedReceiver<Event>, EngineError> {
         self.submit_observed(request, cancel, None)
     }
 
@@ -342,9 +335,9 @@ impl Worker {
         request: GenerateRequest,
         cancel: CancelToken,
         observer: Option<Observer>,
-    ) -> Result<UnboundedReceiver<Event>, ApiError> {
+    ) -> Result<UnboundedReceiver<Event>, EngineError> {
         let Some(jobs) = self.jobs.as_ref() else {
-            return Err(ApiError::internal("the engine has stopped"));
+            return Err(EngineError::Stopped);
         };
         let (events, receiver) = unbounded_channel();
         // A slot is reserved before the job is sent, and refused when none
@@ -361,7 +354,11 @@ impl Worker {
                 });
         let queued = match reserved {
             Ok(before) => before + 1,
-            Err(_) => return Err(ApiError::queue_full(self.capacity)),
+            Err(_) => {
+                return Err(EngineError::QueueFull {
+                    capacity: self.capacity,
+                })
+            }
         };
         self.state.queued_peak.fetch_max(queued, Ordering::SeqCst);
         match jobs.try_send(Job {
@@ -374,8 +371,10 @@ impl Worker {
             Err(error) => {
                 self.state.queued.fetch_sub(1, Ordering::SeqCst);
                 Err(match error {
-                    TrySendError::Full(_) => ApiError::queue_full(self.capacity),
-                    TrySendError::Disconnected(_) => ApiError::internal("the engine has stopped"),
+                    TrySendError::Full(_) => EngineError::QueueFull {
+                        capacity: self.capacity,
+                    },
+                    TrySendError::Disconnected(_) => EngineError::Stopped,
                 })
             }
         }
@@ -429,89 +428,69 @@ impl Drop for Worker {
     }
 }
 
-/// Forwards text to the job's channel and counts rejected drafts; a
-/// cancel or a closed channel (client gone) stops the generation.
+/// Forwards a job's start and text to its channel; a cancel or a closed
+/// channel (client gone) stops the generation.
 struct ChannelSink<'a> {
     events: &'a UnboundedSender<Event>,
     cancel: &'a CancelToken,
-    rejected: usize,
+    reloaded_ms: Option<u64>,
+}
+
+impl ChannelSink<'_> {
+    fn go_on(&self) -> bool {
+        !(self.cancel.is_cancelled() || self.events.is_closed())
+    }
 }
 
 impl Sink for ChannelSink<'_> {
-    fn commit(&mut self, commit: &Commit) -> bool {
-        if !commit.text.is_empty()
-            && self
-                .events
-                .send(Event::Text(commit.text.to_owned()))
-                .is_err()
-        {
-            return false;
-        }
-        !self.cancel.is_cancelled()
+    fn begin(&mut self, begin: &Begin) -> bool {
+        let started = Event::Started {
+            prompt_tokens: begin.prompt_tokens,
+            reloaded_ms: self.reloaded_ms,
+        };
+        self.events.send(started).is_ok() && self.go_on()
     }
 
-    fn round(&mut self, stats: &RoundStats) -> bool {
-        if stats.mode == Mode::Dflash {
-            self.rejected += stats.block_size.saturating_sub(1 + stats.accepted);
+    fn commit(&mut self, commit: &Commit) -> bool {
+        if !commit.text.is_empty() && self.events.send(Event::Text(commit.text.into())).is_err() {
+            return false;
         }
-        !self.cancel.is_cancelled()
+        self.go_on()
+    }
+
+    fn round(&mut self, _stats: &RoundStats) -> bool {
+        self.go_on()
     }
 }
 
+/// Runs one job on the engine thread: the engine checks the request (an
+/// error then comes before anything is streamed, so the server can still
+/// answer with its status), then streams it.
 fn run(backend: &dyn Backend, mut job: Job, reloaded_ms: Option<u64>) {
     let mut observer = job.observer.take();
     let events = &job.events;
-    let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Outcome, ApiError> {
-        // The engine's own checks, made before anything is streamed so a
-        // bad request is still answered with its HTTP status.
-        if job.request.speculation == Speculation::Dflash && !backend.has_drafter() {
-            return Err(ApiError::invalid_param(
-                "speculation",
-                "speculation \"dflash\" needs a drafter, and none is loaded",
-            ));
-        }
-        let prompt = backend.prompt_ids(&job.request.prompt)?;
-        let context = backend.context_length();
-        if prompt.is_empty() {
-            return Err(ApiError::invalid_param("messages", "the prompt is empty"));
-        }
-        if prompt.len() >= context {
-            return Err(ApiError::invalid_param(
-                "messages",
-                format!(
-                    "the prompt has {} tokens; the model's context is {context}",
-                    prompt.len()
-                ),
-            ));
-        }
-        let _ = events.send(Event::Started {
-            prompt_tokens: prompt.len(),
-            reloaded_ms,
-        });
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
         let channel = ChannelSink {
             events,
             cancel: &job.cancel,
-            rejected: 0,
+            reloaded_ms,
         };
         let mut null = NullSink;
         let observer: &mut dyn Sink = match observer.as_mut() {
             Some(observer) => observer,
             None => &mut null,
         };
-        let mut sink = Tee(channel, observer);
-        let generation = backend.generate(&job.request, &mut sink)?;
-        Ok(Outcome {
-            generation,
-            rejected_tokens: sink.0.rejected,
-        })
+        backend.generate(&job.request, &mut Tee(channel, observer))
     }));
     let event = match outcome {
-        Ok(Ok(outcome)) => Event::Done(Box::new(outcome)),
+        Ok(Ok(generation)) => Event::Done(Box::new(generation)),
         Ok(Err(error)) => Event::Failed(error),
-        Err(_) => Event::Failed(ApiError::internal("the engine panicked on this request")),
+        Err(_) => Event::Failed(EngineError::Panicked),
     };
     let _ = events.send(event);
 }
 
+#[cfg(any(test, feature = "echo"))]
+pub mod echo;
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;

@@ -1,67 +1,8 @@
 //! The worker's queue, cancellation and idle unload, on stand-in backends.
+use super::echo::{echo_worker, EchoBackend};
 use super::*;
-use flashbar_engine::{FinishReason, Totals};
-
-/// Echoes the prompt's words, one token per word, slowly when asked.
-pub struct EchoBackend {
-    pub delay: std::time::Duration,
-}
-
-impl Backend for EchoBackend {
-    fn context_length(&self) -> usize {
-        64
-    }
-    fn has_drafter(&self) -> bool {
-        false
-    }
-    fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
-        Ok(match prompt {
-            Prompt::Text(text) => text.split_whitespace().map(|_| 1).collect(),
-            Prompt::Messages(m) => m.iter().map(|_| 1).collect(),
-        })
-    }
-    fn generate(
-        &self,
-        request: &GenerateRequest,
-        sink: &mut dyn Sink,
-    ) -> Result<Generation, EngineError> {
-        let mut text = String::new();
-        let mut finish = FinishReason::Length;
-        for i in 0..request.max_tokens {
-            std::thread::sleep(self.delay);
-            let word = format!("w{i} ");
-            text.push_str(&word);
-            let go_on = sink.commit(&Commit {
-                token: Some(i as u32),
-                from_draft: i % 2 == 1,
-                text: &word,
-            });
-            if !go_on {
-                finish = FinishReason::Cancelled;
-                break;
-            }
-        }
-        Ok(Generation {
-            text,
-            token_ids: Vec::new(),
-            finish_reason: finish,
-            stats: Totals {
-                prompt_tokens: 1,
-                completion_tokens: request.max_tokens,
-                ..Totals::default()
-            },
-        })
-    }
-}
-
-pub fn echo_worker(capacity: usize, delay_ms: u64) -> Worker {
-    Worker::spawn(capacity, move || {
-        Ok::<_, ()>(EchoBackend {
-            delay: std::time::Duration::from_millis(delay_ms),
-        })
-    })
-    .unwrap()
-}
+use crate::request::{Prompt, Speculation};
+use crate::sink::Commit;
 
 fn request(max_tokens: usize) -> GenerateRequest {
     let mut r = GenerateRequest::new(Prompt::Text("a b".into()));
@@ -85,7 +26,7 @@ fn a_job_streams_then_finishes() {
         match rx.blocking_recv().unwrap() {
             Event::Text(t) => text.push_str(&t),
             Event::Done(outcome) => {
-                assert_eq!(outcome.generation.text, text);
+                assert_eq!(outcome.text, text);
                 break;
             }
             other => panic!("{other:?}"),
@@ -144,13 +85,13 @@ fn the_queue_never_counts_past_its_capacity_under_concurrent_submits() {
             std::thread::spawn(move || {
                 let outcome = worker.submit(request(1), CancelToken::default());
                 assert!(worker.queued() <= 4);
-                outcome.map_err(|e| e.status.as_u16())
+                outcome.map_err(|e| matches!(e, EngineError::QueueFull { capacity: 4 }))
             })
         })
         .collect();
     let outcomes: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     let accepted = outcomes.iter().filter(|o| o.is_ok()).count();
-    let refused = outcomes.iter().filter(|o| matches!(o, Err(429))).count();
+    let refused = outcomes.iter().filter(|o| matches!(o, Err(true))).count();
     assert_eq!((accepted, refused), (4, 28));
     assert_eq!(worker.queued_peak(), 4);
     cancel.cancel();
@@ -198,7 +139,7 @@ fn activity_counts_a_job_in_hand_as_busy_until_it_ends() {
 }
 
 #[test]
-fn a_full_queue_is_refused_with_429() {
+fn a_full_queue_is_refused_at_once() {
     let worker = echo_worker(1, 20);
     let cancel = CancelToken::default();
     let _running = worker.submit(request(50), cancel.clone()).unwrap();
@@ -210,7 +151,10 @@ fn a_full_queue_is_refused_with_429() {
     let refused = worker
         .submit(request(1), CancelToken::default())
         .unwrap_err();
-    assert_eq!(refused.status.as_u16(), 429);
+    assert!(
+        matches!(refused, EngineError::QueueFull { capacity: 1 }),
+        "{refused:?}"
+    );
     cancel.cancel();
 }
 
@@ -221,20 +165,22 @@ fn dflash_without_a_drafter_fails_before_starting() {
     r.speculation = Speculation::Dflash;
     let mut rx = worker.submit(r, CancelToken::default()).unwrap();
     match rx.blocking_recv() {
-        Some(Event::Failed(e)) => assert_eq!(e.param.as_deref(), Some("speculation")),
+        Some(Event::Failed(EngineError::InvalidParam { param, .. })) => {
+            assert_eq!(param, "speculation")
+        }
         other => panic!("{other:?}"),
     }
 }
 
 #[test]
-fn too_long_prompts_are_invalid() {
+fn a_prompt_the_backend_refuses_fails_before_anything_streams() {
     let worker = echo_worker(1, 0);
     let words = vec!["x"; 64].join(" ");
     let mut r = request(1);
     r.prompt = Prompt::Text(words);
     let mut rx = worker.submit(r, CancelToken::default()).unwrap();
     match rx.blocking_recv() {
-        Some(Event::Failed(e)) => assert_eq!(e.status.as_u16(), 400),
+        Some(Event::Failed(EngineError::InvalidParam { param, .. })) => assert_eq!(param, "prompt"),
         other => panic!("{other:?}"),
     }
 }
@@ -250,12 +196,6 @@ struct Counted {
 impl Backend for Counted {
     fn context_length(&self) -> usize {
         self.echo.context_length()
-    }
-    fn has_drafter(&self) -> bool {
-        false
-    }
-    fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
-        self.echo.prompt_ids(prompt)
     }
     fn generate(
         &self,
@@ -310,10 +250,10 @@ fn answer(worker: &Worker) -> (Option<u64>, String) {
             Event::Started { reloaded_ms, .. } => reloaded = reloaded_ms,
             Event::Text(delta) => text.push_str(&delta),
             Event::Done(outcome) => {
-                assert_eq!(outcome.generation.text, text);
+                assert_eq!(outcome.text, text);
                 return (reloaded, text);
             }
-            Event::Failed(error) => panic!("{}", error.message),
+            Event::Failed(error) => panic!("{error}"),
         }
     }
     panic!("the job ended without Done");
@@ -365,7 +305,7 @@ fn a_job_arriving_during_the_unload_waits_for_it_then_answers() {
             Event::Started { reloaded_ms, .. } => reloaded = reloaded_ms,
             Event::Text(delta) => text.push_str(&delta),
             Event::Done(_) => break,
-            Event::Failed(error) => panic!("{}", error.message),
+            Event::Failed(error) => panic!("{error}"),
         }
     }
     assert_eq!(text, "w0 w1 w2 ");

@@ -4,8 +4,7 @@
 //! and the next request loads the pair again and gives the same answer.
 //! Its own test binary: MLX's memory counters are per process.
 
-use flashbar_engine::{CancelToken, Engine, GenerateRequest, Prompt, Speculation};
-use flashbar_server::worker::{Event, Worker};
+use flashbar_engine::{CancelToken, Engine, Event, GenerateRequest, Prompt, Speculation, Worker};
 use mlx_rs::memory::{active_memory, cache_memory};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -24,8 +23,8 @@ fn answer(worker: &Worker) -> (String, Option<u64>) {
         match event {
             Event::Started { reloaded_ms, .. } => reloaded = reloaded_ms,
             Event::Text(_) => {}
-            Event::Done(outcome) => return (outcome.generation.text.clone(), reloaded),
-            Event::Failed(error) => panic!("{}", error.message),
+            Event::Done(generation) => return (generation.text.clone(), reloaded),
+            Event::Failed(error) => panic!("{error}"),
         }
     }
     panic!("no answer");
