@@ -45,6 +45,8 @@ export interface RoundEvent {
   draft_ms: number;
   verify_ms: number;
   rollback_ms: number;
+  /** The whole round (its parts and the host work between). */
+  round_ms: number;
   speedup: number | null;
   gate: string | null;
   thermal: string;

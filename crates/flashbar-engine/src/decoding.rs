@@ -12,7 +12,7 @@ use crate::policy::thermal::ThermalSource;
 use crate::proposer::Proposer;
 use crate::request::GenerateRequest;
 use crate::sampling::SamplingParams;
-use crate::sink::{Begin, FinishReason, Generation, Mode, RoundStats, Sink, Totals};
+use crate::sink::{per_second, Begin, FinishReason, Generation, Mode, RoundStats, Sink, Totals};
 use crate::tokenizer::TextTokenizer;
 use flashbar_models::{LayerCache, Model};
 use mlx_rs::ops::concatenate;
@@ -282,6 +282,8 @@ impl Decoding<'_, '_> {
             draft_ms: 0.0,
             verify_ms: ms,
             rollback_ms: 0.0,
+            round_ms: ms,
+            tokens_per_second: per_second(1, ms),
             speedup: None,
             gate,
             thermal,
@@ -375,6 +377,8 @@ impl Decoding<'_, '_> {
             draft_ms,
             verify_ms,
             rollback_ms,
+            round_ms,
+            tokens_per_second: per_second(committed, round_ms),
             speedup,
             gate,
             thermal,

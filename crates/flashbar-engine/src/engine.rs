@@ -173,10 +173,7 @@ impl Engine {
     /// Checks a request, templating and tokenizing its prompt (the one
     /// place this happens): its prompt ids and the tokens it may generate.
     fn prepare(&self, request: &GenerateRequest) -> Result<(Vec<u32>, usize)> {
-        request
-            .sampling
-            .validate()
-            .map_err(EngineError::InvalidRequest)?;
+        request.sampling.validate()?;
         if request.block_size == Some(0) {
             return Err(EngineError::param(
                 "block_size",

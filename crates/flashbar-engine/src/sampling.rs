@@ -6,7 +6,11 @@
 //! same logits for a position (plain decoding, or a speculative verify) draws
 //! the same token there.
 
+use crate::error::EngineError;
 use serde::{Deserialize, Serialize};
+
+/// The highest temperature taken (OpenAI's range, used by the app too).
+pub const MAX_TEMPERATURE: f32 = 2.0;
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SamplingParams {
@@ -37,18 +41,27 @@ impl SamplingParams {
         self.temperature <= 0.0
     }
 
-    pub fn validate(&self) -> Result<(), String> {
-        if !self.temperature.is_finite() || self.temperature < 0.0 {
-            return Err(format!(
-                "temperature must be >= 0, got {}",
-                self.temperature
+    /// The one check of sampling values (the server, the app and the CLI
+    /// all get it through the engine), naming the bad field.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        let t = self.temperature;
+        if !(0.0..=MAX_TEMPERATURE).contains(&t) {
+            return Err(EngineError::param(
+                "temperature",
+                format!("temperature must be in [0, {MAX_TEMPERATURE}], got {t}"),
             ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(format!("top_p must be in (0, 1], got {}", self.top_p));
+            return Err(EngineError::param(
+                "top_p",
+                format!("top_p must be in (0, 1], got {}", self.top_p),
+            ));
         }
         if !(0.0..=1.0).contains(&self.min_p) {
-            return Err(format!("min_p must be in [0, 1], got {}", self.min_p));
+            return Err(EngineError::param(
+                "min_p",
+                format!("min_p must be in [0, 1], got {}", self.min_p),
+            ));
         }
         Ok(())
     }
@@ -215,5 +228,18 @@ mod tests {
         .validate()
         .is_err());
         assert!(params(0.7).validate().is_ok());
+        assert!(params(2.0).validate().is_ok());
+        let hot = params(2.5).validate().unwrap_err();
+        assert!(
+            matches!(
+                hot,
+                EngineError::InvalidParam {
+                    param: "temperature",
+                    ..
+                }
+            ),
+            "{hot:?}"
+        );
+        assert!(params(f32::NAN).validate().is_err());
     }
 }

@@ -28,12 +28,27 @@ pub struct RoundStats {
     pub draft_ms: f64,
     pub verify_ms: f64,
     pub rollback_ms: f64,
+    /// The whole round, start to end (its parts and the host work between).
+    pub round_ms: f64,
+    /// Tokens committed per second of `round_ms`: the one definition of a
+    /// round's speed (the metrics panel and the tray show it).
+    pub tokens_per_second: f64,
     /// DFlash rounds: committed tokens x warm plain step time / round time
-    /// (None until plain decoding has been timed).
+    /// (None until plain decoding has been timed; always None for plain
+    /// rounds, which are plain decoding itself).
     pub speedup: Option<f64>,
     /// The speedup gate's state after this round (None: speculation not gated).
     pub gate: Option<GateState>,
     pub thermal: ThermalState,
+}
+
+/// Tokens per second of `ms` (0 for a round that took no measurable time).
+pub(crate) fn per_second(tokens: usize, ms: f64) -> f64 {
+    if ms > 0.0 {
+        tokens as f64 * 1e3 / ms
+    } else {
+        0.0
+    }
 }
 
 /// Why a generation ended.

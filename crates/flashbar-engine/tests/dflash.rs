@@ -261,6 +261,18 @@ fn right_drafts_are_all_accepted_and_wrong_ones_cut_the_block() {
             }
             let drafted: usize = rec.tokens.iter().filter(|t| t.1).count();
             assert_eq!(drafted, fast.stats.accepted_tokens);
+            // Every drafted token is accepted or rejected, nothing else.
+            let proposed: usize = rounds.iter().map(|r| r.block_size - 1).sum();
+            assert_eq!(
+                fast.stats.accepted_tokens + fast.stats.rejected_tokens,
+                proposed
+            );
+            // A round's speed is its committed tokens over its whole time.
+            for r in &rec.rounds {
+                assert!(r.round_ms >= r.draft_ms + r.verify_ms + r.rollback_ms - 1e-9);
+                let expected = r.committed as f64 * 1e3 / r.round_ms;
+                assert!((r.tokens_per_second - expected).abs() <= 1e-9 * expected);
+            }
         }
     }
 }

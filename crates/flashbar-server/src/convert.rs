@@ -130,12 +130,6 @@ fn common(
     };
     let defaults = SamplingParams::default();
     let temperature = c.temperature.unwrap_or(1.0);
-    if !(0.0..=2.0).contains(&temperature) {
-        return Err(ApiError::invalid_param(
-            "temperature",
-            format!("temperature must be in [0, 2], got {temperature}"),
-        ));
-    }
     let top_k = match c.top_k {
         Some(k) if k < 0 => return Err(ApiError::invalid_param("top_k", "top_k must be >= 0")),
         Some(k) => k as usize,
@@ -148,16 +142,9 @@ fn common(
         min_p: c.min_p.unwrap_or(defaults.min_p),
         seed: c.seed.map_or(defaults.seed, |s| s as u64),
     };
-    sampling.validate().map_err(|message| {
-        let param = if message.starts_with("top_p") {
-            "top_p"
-        } else if message.starts_with("min_p") {
-            "min_p"
-        } else {
-            "temperature"
-        };
-        ApiError::invalid_param(param, message)
-    })?;
+    // Checked here too (not only on the engine thread) so a bad value is
+    // refused before the request waits in the queue.
+    sampling.validate()?;
     let block_size = match c.block_size {
         Some(b) if b < 1 => {
             return Err(ApiError::invalid_param(

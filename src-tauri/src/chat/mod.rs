@@ -9,7 +9,8 @@ use crate::engine::EngineHandle;
 use crate::settings::SettingsHandle;
 use flashbar_engine::Event;
 use flashbar_engine::{
-    CancelToken, Commit, GenerateRequest, Message, Prompt, RoundStats, SamplingParams, Sink,
+    CancelToken, Commit, EngineError, GenerateRequest, Message, Prompt, RoundStats, SamplingParams,
+    Sink,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -60,8 +61,6 @@ struct RoundEvent<'a> {
     job: u64,
     #[serde(flatten)]
     stats: &'a RoundStats,
-    /// Tokens committed per second of this round's time.
-    tokens_per_second: f64,
 }
 
 /// Emits each token / round as it happens, on the engine thread.
@@ -94,17 +93,7 @@ pub const HTTP_JOB: u64 = 0;
 /// Sends one round to the metrics panel (`chat:round`); `job` is a chat
 /// answer's id, or [`HTTP_JOB`].
 pub fn emit_round(app: &AppHandle, job: u64, stats: &RoundStats) {
-    let ms = stats.draft_ms + stats.verify_ms + stats.rollback_ms;
-    let tokens_per_second = if ms > 0.0 {
-        stats.committed as f64 * 1000.0 / ms
-    } else {
-        0.0
-    };
-    let event = RoundEvent {
-        job,
-        stats,
-        tokens_per_second,
-    };
+    let event = RoundEvent { job, stats };
     let _ = app.emit("chat:round", event);
     crate::shell::tray::show_round(app, stats);
 }
@@ -142,12 +131,6 @@ fn build_request(
     if request.messages.is_empty() {
         return Err("the conversation is empty".into());
     }
-    if !(0.0..=2.0).contains(&request.temperature) || !request.temperature.is_finite() {
-        return Err(format!(
-            "temperature must be between 0 and 2, not {}",
-            request.temperature
-        ));
-    }
     if request.max_tokens == 0 || request.max_tokens > MAX_TOKENS_LIMIT {
         return Err(format!(
             "max tokens must be between 1 and {MAX_TOKENS_LIMIT}"
@@ -172,6 +155,10 @@ fn build_request(
         seed: request.seed,
         ..SamplingParams::default()
     };
+    generate.sampling.validate().map_err(|error| match error {
+        EngineError::InvalidParam { message, .. } => message,
+        other => other.to_string(),
+    })?;
     generate.max_tokens = request.max_tokens;
     generate.speculation = settings.speculation;
     Ok(generate)
@@ -314,7 +301,7 @@ mod tests {
             ),
             (
                 serde_json::json!({"messages": user, "temperature": 3.0}),
-                "temperature must be between 0 and 2, not 3",
+                "temperature must be in [0, 2], got 3",
             ),
             (
                 serde_json::json!({"messages": user, "max_tokens": 0}),

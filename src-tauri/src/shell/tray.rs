@@ -152,7 +152,7 @@ pub fn show_round(app: &AppHandle, stats: &RoundStats) {
     };
     let round = glance::Round {
         committed: stats.committed,
-        ms: stats.draft_ms + stats.verify_ms + stats.rollback_ms,
+        ms: stats.round_ms,
         speedup: stats.speedup,
         dflash: stats.mode == Mode::Dflash,
     };

@@ -3,9 +3,11 @@ import type { RoundEvent } from "../api";
 import { addRound, emptySeries, MAX_POINTS, savedText, summarize, timeSaved } from "./series";
 
 function round(over: Partial<RoundEvent>): RoundEvent {
+  const parts = { draft_ms: 2, verify_ms: 6, rollback_ms: 0, ...over };
   return {
-    job: 1, mode: "dflash", block_size: 16, accepted: 3, committed: 4, draft_ms: 2, verify_ms: 6,
-    rollback_ms: 0, speedup: 1.8, gate: "speculating", thermal: "nominal", tokens_per_second: 500, ...over,
+    job: 1, mode: "dflash", block_size: 16, accepted: 3, committed: 4, speedup: 1.8, gate: "speculating",
+    thermal: "nominal", tokens_per_second: 500, round_ms: parts.draft_ms + parts.verify_ms + parts.rollback_ms,
+    ...parts, ...over,
   };
 }
 

@@ -13,7 +13,7 @@ export interface Series {
   speedup: (number | null)[];
   /** 1 at plain-decoding rounds (drawn as their own points at 1×), else null. */
   plain: (number | null)[];
-  /** What the round took: draft + verify + rollback. */
+  /** What the round took, start to end (the engine's round_ms). */
   roundMs: number[];
   tokensPerSecond: number[];
   gate: string[];
@@ -38,7 +38,7 @@ export function addRound(series: Series, round: RoundEvent): void {
   series.blockSize.push(round.block_size);
   series.speedup.push(dflash ? round.speedup : null);
   series.plain.push(dflash ? null : 1);
-  series.roundMs.push(round.draft_ms + round.verify_ms + round.rollback_ms);
+  series.roundMs.push(round.round_ms);
   series.tokensPerSecond.push(Math.round(round.tokens_per_second * 10) / 10);
   series.gate.push(round.gate ?? (dflash ? "ungated" : "off"));
   series.thermal.push(round.thermal);
