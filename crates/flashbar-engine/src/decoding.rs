@@ -14,7 +14,7 @@ use crate::request::GenerateRequest;
 use crate::sampling::SamplingParams;
 use crate::sink::{per_second, Begin, FinishReason, Generation, Mode, RoundStats, Sink, Totals};
 use crate::tokenizer::TextTokenizer;
-use flashbar_models::{LayerCache, Model};
+use flashbar_models::{LayerCache, Model, Outputs};
 use mlx_rs::ops::concatenate;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::Array;
@@ -197,16 +197,13 @@ impl Decoding<'_, '_> {
         position: usize,
     ) -> Result<Pending> {
         let taps = self.taps();
-        let logits = if taps.is_empty() {
-            self.model.forward_last(input, &mut run.cache)?
-        } else {
-            let (logits, tapped) =
-                self.model
-                    .forward_last_with_taps(input, &mut run.cache, &taps)?;
+        let out = self
+            .model
+            .forward(input, &mut run.cache, Outputs::LAST.tapping(&taps))?;
+        if let Some(tapped) = out.taps {
             run.context.push(tapped);
-            logits
-        };
-        choose(&logits.index((0, -1)), sampling, position as u64)
+        }
+        choose(&out.logits.index((0, -1)), sampling, position as u64)
     }
 
     /// Up to `steps` plain steps, the next one queued on the device before
@@ -326,8 +323,8 @@ impl Decoding<'_, '_> {
             Some(d) => concatenate(&[&last, d], 1)?,
             None => last,
         };
-        let (logits, verify_taps, tape) = model.verify(&input, &mut run.cache, &taps)?;
-        let chosen = choose_all(&logits, sampling, run.prompt_len + run.generated)?;
+        let verified = model.verify(&input, &mut run.cache, &taps)?;
+        let chosen = choose_all(&verified.logits, sampling, run.prompt_len + run.generated)?;
         let drafted = match &drafts {
             Some(d) => host_u32(d)?,
             None => Vec::new(),
@@ -354,9 +351,11 @@ impl Decoding<'_, '_> {
 
         // 5. Keep [last, accepted drafts]; the proposer sees only their taps.
         let clock = Instant::now();
-        model.rollback(&mut run.cache, &tape, accepted + 1)?;
-        run.context
-            .push(verify_taps.index((.., ..(accepted as i32 + 1))));
+        model.rollback(&mut run.cache, &verified.tape, accepted + 1)?;
+        if let Some(tapped) = &verified.taps {
+            run.context
+                .push(tapped.index((.., ..(accepted as i32 + 1))));
+        }
         let rollback_ms = ms_since(clock);
 
         run.rounds += 1;

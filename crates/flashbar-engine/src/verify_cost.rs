@@ -6,7 +6,7 @@ use crate::engine::Engine;
 use crate::error::Result;
 use flashbar_models::dflash_config::default_taps;
 use flashbar_models::qwen3_5::cache_arrays;
-use flashbar_models::LayerCache;
+use flashbar_models::{LayerCache, Outputs};
 use mlx_rs::ops::indexing::argmax_axis;
 use mlx_rs::transforms::eval;
 use mlx_rs::Array;
@@ -54,26 +54,36 @@ impl Engine {
         };
         let row = |v: Vec<u32>| Array::from_slice(&v, &[1, v.len() as i32]);
         let mut context = model.new_cache();
-        let (logits, _) =
-            model.forward_with_taps(&row(ids(prompt_tokens, 0)), &mut context, &taps)?;
+        let prefill = model.forward(
+            &row(ids(prompt_tokens, 0)),
+            &mut context,
+            Outputs::ALL.tapping(&taps),
+        )?;
         let mut ready: Vec<&Array> = cache_arrays(&context);
-        ready.push(&logits);
+        ready.push(&prefill.logits);
         eval(ready)?;
 
         let decode = |cache: &mut Vec<LayerCache>| -> Result<()> {
-            let logits = model.forward(&row(ids(1, prompt_tokens)), cache)?;
+            let logits = model
+                .forward(&row(ids(1, prompt_tokens)), cache, Outputs::ALL)?
+                .logits;
             let token = argmax_axis(&logits, -1, false)?;
             let mut out = cache_arrays(cache);
             out.push(&token);
             Ok(eval(out)?)
         };
         let verify = |cache: &mut Vec<LayerCache>, keep: Option<usize>| -> Result<()> {
-            let (logits, tapped, tape) =
-                model.verify(&row(ids(block, prompt_tokens)), cache, &taps)?;
-            let token = argmax_axis(&logits, -1, false)?;
-            eval([&token, &tapped].into_iter().chain(tape.arrays()))?;
+            let verified = model.verify(&row(ids(block, prompt_tokens)), cache, &taps)?;
+            let token = argmax_axis(&verified.logits, -1, false)?;
+            let tapped = verified.taps.iter();
+            eval(
+                [&token]
+                    .into_iter()
+                    .chain(tapped)
+                    .chain(verified.tape.arrays()),
+            )?;
             if let Some(keep) = keep {
-                model.rollback(cache, &tape, keep)?;
+                model.rollback(cache, &verified.tape, keep)?;
             }
             Ok(eval(cache_arrays(cache))?)
         };

@@ -10,13 +10,13 @@ use crate::nn::gated_delta::{GatedDeltaNet, GdnState, GdnTape};
 use crate::nn::linear::{Embedding, Linear, Weights};
 use crate::nn::mlp::Mlp;
 use crate::nn::moe::SparseMoe;
-use crate::qwen3_5_moe;
+use crate::sanitize::{is_hf_layout, sanitize};
 use crate::spec::{self, Header};
 use mlx_rs::fast::rms_norm;
 use mlx_rs::ops::concatenate;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::Array;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 
 /// Per-layer decoding state.
@@ -56,8 +56,10 @@ impl Model {
     /// against the config before any is read.
     pub fn load(dir: &Path) -> Result<Self> {
         let (config, checkpoint) = Self::check(dir)?;
-        let hf_layout = is_hf_layout(&checkpoint);
-        let arrays = sanitize(&config, checkpoint.load()?, hf_layout)?;
+        let hf_layout = hf_layout(&checkpoint);
+        let arrays = sanitize(&config, checkpoint.load()?, hf_layout)?
+            .into_iter()
+            .collect();
         Self::from_arrays(config, arrays)
     }
 
@@ -66,8 +68,15 @@ impl Model {
     pub fn check(dir: &Path) -> Result<(ModelConfig, Checkpoint)> {
         let config = ModelConfig::load(dir)?;
         let checkpoint = Checkpoint::open(dir)?;
-        let hf_layout = is_hf_layout(&checkpoint);
-        spec::check(&config, &sanitize_headers(&config, &checkpoint, hf_layout))?;
+        let headers = checkpoint.tensors.iter().map(|(name, info)| {
+            let header = Header {
+                dtype: info.dtype.clone(),
+                shape: info.shape.clone(),
+            };
+            (name.clone(), header)
+        });
+        let headers = sanitize(&config, headers, hf_layout(&checkpoint))?;
+        spec::check(&config, &headers.into_iter().collect())?;
         Ok((config, checkpoint))
     }
 
@@ -143,56 +152,36 @@ impl Model {
             .collect()
     }
 
-    /// Logits `[B, L, vocab]` for `tokens` `[B, L]`, continuing from `cache`.
-    pub fn forward(&self, tokens: &Array, cache: &mut [LayerCache]) -> Result<Array> {
-        Ok(self.run(tokens, cache, &[], Logits::All, false)?.logits)
-    }
-
-    /// [`Model::forward`] with the logits of the last position only
-    /// (`[B, 1, vocab]`): a prefill then skips the output head on every other
-    /// prompt token.
-    pub fn forward_last(&self, tokens: &Array, cache: &mut [LayerCache]) -> Result<Array> {
-        Ok(self.run(tokens, cache, &[], Logits::Last, false)?.logits)
-    }
-
-    /// [`Model::forward`], also returning the outputs of the layers `taps`
-    /// (0-based), concatenated in that order: `[B, L, taps.len() * hidden]`.
-    pub fn forward_with_taps(
+    /// Feeds `tokens` `[B, L]` to the model, continuing from `cache`; the
+    /// logits and taps `outputs` asks for.
+    pub fn forward(
         &self,
         tokens: &Array,
         cache: &mut [LayerCache],
-        taps: &[usize],
-    ) -> Result<(Array, Array)> {
-        let out = self.run(tokens, cache, taps, Logits::All, false)?;
-        Ok((out.logits, out.taps.expect("taps requested")))
+        outputs: Outputs,
+    ) -> Result<Forward> {
+        let (forward, _) = self.run(tokens, cache, outputs, false)?;
+        Ok(forward)
     }
 
-    /// [`Model::forward_with_taps`] with the logits of the last position
-    /// only; the taps still cover every position.
-    pub fn forward_last_with_taps(
-        &self,
-        tokens: &Array,
-        cache: &mut [LayerCache],
-        taps: &[usize],
-    ) -> Result<(Array, Array)> {
-        let out = self.run(tokens, cache, taps, Logits::Last, false)?;
-        Ok((out.logits, out.taps.expect("taps requested")))
-    }
-
-    /// The verify forward of a drafted block: logits, taps, and the tape that
-    /// lets [`Model::rollback`] keep any prefix of the block.
+    /// The verify forward of a drafted block: logits at every position, the
+    /// taps, and the tape that lets [`Model::rollback`] keep any prefix of
+    /// the block.
     pub fn verify(
         &self,
         tokens: &Array,
         cache: &mut [LayerCache],
         taps: &[usize],
-    ) -> Result<(Array, Array, Tape)> {
-        let out = self.run(tokens, cache, taps, Logits::All, true)?;
-        let tape = Tape {
-            layers: out.tapes,
-            tokens: tokens.shape()[1],
-        };
-        Ok((out.logits, out.taps.expect("taps requested"), tape))
+    ) -> Result<Verified> {
+        let (forward, tapes) = self.run(tokens, cache, Outputs::ALL.tapping(taps), true)?;
+        Ok(Verified {
+            logits: forward.logits,
+            taps: forward.taps,
+            tape: Tape {
+                layers: tapes,
+                tokens: tokens.shape()[1],
+            },
+        })
     }
 
     /// Makes `cache` hold only the first `accepted` tokens of the verified
@@ -225,48 +214,35 @@ impl Model {
         }
     }
 
+    /// The one forward: every layer in turn, the taps copied out as they
+    /// pass, the GDN tapes kept when `record`.
     fn run(
         &self,
         tokens: &Array,
         cache: &mut [LayerCache],
-        taps: &[usize],
-        logits: Logits,
+        outputs: Outputs,
         record: bool,
-    ) -> Result<RunOutput> {
+    ) -> Result<(Forward, Vec<Option<GdnTape>>)> {
         let eps = self.config.text.rms_norm_eps;
         let mut h = self.embed_tokens.lookup(tokens)?;
-        let mut tapped: Vec<Option<Array>> = vec![None; taps.len()];
+        let mut tapped: Vec<Option<Array>> = vec![None; outputs.taps.len()];
         let mut tapes = Vec::with_capacity(if record { self.layers.len() } else { 0 });
         for (index, (layer, state)) in self.layers.iter().zip(cache.iter_mut()).enumerate() {
-            let x = rms_norm(&h, Some(&layer.input_layernorm), eps)?;
-            let mixed = match (&layer.mixer, state) {
-                (Mixer::Linear(gdn), LayerCache::Gdn(s)) => {
-                    let (out, tape) = gdn.forward_recording(&x, s, record)?;
-                    if record {
-                        tapes.push(tape);
-                    }
-                    out
-                }
-                (Mixer::Attention(attn), LayerCache::Kv(kv)) => {
-                    if record {
-                        tapes.push(None);
-                    }
-                    attn.forward(&x, kv)?
-                }
-                _ => return Err(mismatched_cache()),
-            };
-            h = h.add(mixed)?;
-            let x = rms_norm(&h, Some(&layer.post_attention_layernorm), eps)?;
-            let ff = match &layer.feed_forward {
-                FeedForward::Dense(mlp) => mlp.forward(&x)?,
-                FeedForward::Moe(moe) => moe.forward(&x)?,
-            };
-            h = h.add(ff)?;
-            for (slot, _) in taps.iter().enumerate().filter(|(_, &id)| id == index) {
+            let (out, tape) = layer.forward(&h, state, record, eps)?;
+            h = out;
+            if record {
+                tapes.push(tape);
+            }
+            for (slot, _) in outputs
+                .taps
+                .iter()
+                .enumerate()
+                .filter(|(_, &id)| id == index)
+            {
                 tapped[slot] = Some(h.clone());
             }
         }
-        let taps = if taps.is_empty() {
+        let taps = if outputs.taps.is_empty() {
             None
         } else {
             let tapped: Option<Vec<Array>> = tapped.into_iter().collect();
@@ -278,16 +254,44 @@ impl Model {
             })?;
             Some(concatenate(&tapped, -1)?)
         };
-        let h = match logits {
-            Logits::All => h,
-            Logits::Last => h.index((.., -1.., ..)),
+        let h = if outputs.last_only {
+            h.index((.., -1.., ..))
+        } else {
+            h
         };
         let h = rms_norm(&h, Some(&self.norm), eps)?;
-        Ok(RunOutput {
+        let forward = Forward {
             logits: self.lm_head(&h)?,
             taps,
-            tapes,
-        })
+        };
+        Ok((forward, tapes))
+    }
+}
+
+impl DecoderLayer {
+    /// One decoder layer (mlx-lm's `DecoderLayer.__call__`): the mixer (GDN
+    /// or attention) and the feed-forward, each pre-normed and residual.
+    /// Returns the new hidden states and, when `record`, a GDN layer's tape.
+    fn forward(
+        &self,
+        h: &Array,
+        state: &mut LayerCache,
+        record: bool,
+        eps: f32,
+    ) -> Result<(Array, Option<GdnTape>)> {
+        let x = rms_norm(h, Some(&self.input_layernorm), eps)?;
+        let (mixed, tape) = match (&self.mixer, state) {
+            (Mixer::Linear(gdn), LayerCache::Gdn(s)) => gdn.forward_recording(&x, s, record)?,
+            (Mixer::Attention(attn), LayerCache::Kv(kv)) => (attn.forward(&x, kv)?, None),
+            _ => return Err(mismatched_cache()),
+        };
+        let h = h.add(mixed)?;
+        let x = rms_norm(&h, Some(&self.post_attention_layernorm), eps)?;
+        let ff = match &self.feed_forward {
+            FeedForward::Dense(mlp) => mlp.forward(&x)?,
+            FeedForward::Moe(moe) => moe.forward(&x)?,
+        };
+        Ok((h.add(ff)?, tape))
     }
 }
 
@@ -302,17 +306,53 @@ impl Tape {
     }
 }
 
-/// Which positions [`Model::run`] computes logits for.
-#[derive(Clone, Copy)]
-enum Logits {
-    All,
-    Last,
+/// What a [`Model::forward`] returns besides the new cache state.
+#[derive(Clone, Copy, Debug)]
+pub struct Outputs<'a> {
+    /// Logits of the last position only (`[B, 1, vocab]`): a prefill then
+    /// skips the output head on every other prompt token.
+    pub last_only: bool,
+    /// Layers (0-based) whose outputs are returned, concatenated in this
+    /// order; the taps cover every position either way.
+    pub taps: &'a [usize],
 }
 
-struct RunOutput {
-    logits: Array,
-    taps: Option<Array>,
-    tapes: Vec<Option<GdnTape>>,
+impl<'a> Outputs<'a> {
+    /// Logits at every position, no taps.
+    pub const ALL: Outputs<'static> = Outputs {
+        last_only: false,
+        taps: &[],
+    };
+    /// Logits at the last position, no taps.
+    pub const LAST: Outputs<'static> = Outputs {
+        last_only: true,
+        taps: &[],
+    };
+
+    /// These outputs, with the layers `taps` too.
+    pub fn tapping<'b>(self, taps: &'b [usize]) -> Outputs<'b> {
+        Outputs {
+            last_only: self.last_only,
+            taps,
+        }
+    }
+}
+
+/// The outputs of one forward.
+pub struct Forward {
+    /// `[B, L, vocab]`, or `[B, 1, vocab]` with `last_only`.
+    pub logits: Array,
+    /// `[B, L, taps.len() * hidden]`; None when no taps were asked for.
+    pub taps: Option<Array>,
+}
+
+/// The outputs of a verify forward.
+pub struct Verified {
+    /// `[B, L, vocab]`.
+    pub logits: Array,
+    /// `[B, L, taps.len() * hidden]`; None when no taps were asked for.
+    pub taps: Option<Array>,
+    pub tape: Tape,
 }
 
 /// Every array a cache holds (to evaluate or measure it).
@@ -341,73 +381,11 @@ fn mismatched_cache() -> ModelError {
     ))
 }
 
-/// HF checkpoints store the conv kernel as `[C, 1, K]`; MLX ones as `[C, K, 1]`.
-fn is_hf_layout(checkpoint: &Checkpoint) -> bool {
-    checkpoint
-        .tensors
-        .iter()
-        .any(|(name, t)| name.ends_with("conv1d.weight") && t.shape.last() != Some(&1))
-}
-
-/// Norm weights HF stores zero-centred (mlx-lm adds 1 when converting).
-const SHIFTED_NORMS: [&str; 5] = [
-    ".input_layernorm.weight",
-    ".post_attention_layernorm.weight",
-    "model.norm.weight",
-    ".q_norm.weight",
-    ".k_norm.weight",
-];
-
-/// The headers as they will look after [`sanitize`]: names and shapes only.
-fn sanitize_headers(
-    config: &ModelConfig,
-    checkpoint: &Checkpoint,
-    hf_layout: bool,
-) -> BTreeMap<String, Header> {
-    let mut headers = BTreeMap::new();
-    for (name, info) in &checkpoint.tensors {
-        if config.text.tie_word_embeddings && name.starts_with("lm_head.") {
-            continue;
-        }
-        let mut shape = info.shape.clone();
-        if hf_layout && name.ends_with("conv1d.weight") && shape.len() == 3 {
-            shape.swap(1, 2);
-        }
-        headers.insert(
-            name.clone(),
-            Header {
-                dtype: info.dtype.clone(),
-                shape,
-            },
-        );
-    }
-    if config.architecture == Architecture::Moe {
-        qwen3_5_moe::split_fused_expert_headers(&mut headers);
-    }
-    headers
-}
-
-/// mlx-lm's `sanitize`: conv kernels to MLX layout and +1 on the shifted norms
-/// (HF only), tied heads dropped, fused MoE experts split.
-fn sanitize(
-    config: &ModelConfig,
-    mut arrays: HashMap<String, Array>,
-    hf_layout: bool,
-) -> Result<HashMap<String, Array>> {
-    if config.text.tie_word_embeddings {
-        arrays.retain(|name, _| !name.starts_with("lm_head."));
-    }
-    if hf_layout {
-        for (name, array) in arrays.iter_mut() {
-            if name.ends_with("conv1d.weight") && array.ndim() == 3 {
-                *array = array.swap_axes(1, 2)?;
-            } else if array.ndim() == 1 && SHIFTED_NORMS.iter().any(|s| name.ends_with(s)) {
-                *array = array.add(Array::from_f32(1.0))?.as_dtype(array.dtype())?;
-            }
-        }
-    }
-    if config.architecture == Architecture::Moe {
-        qwen3_5_moe::split_fused_experts(&mut arrays)?;
-    }
-    Ok(arrays)
+fn hf_layout(checkpoint: &Checkpoint) -> bool {
+    is_hf_layout(
+        checkpoint
+            .tensors
+            .iter()
+            .map(|(name, info)| (name, info.shape.as_slice())),
+    )
 }

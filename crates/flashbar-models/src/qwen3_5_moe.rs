@@ -1,60 +1,52 @@
 //! Qwen3.5 / Qwen3.6 MoE (mlx-lm `models/qwen3_5_moe.py`): the hybrid
 //! decoder of `qwen3_5.rs` with sparse MoE blocks. HF checkpoints fuse the
 //! experts' gate and up projections (`experts.gate_up_proj [E, 2I, H]`);
-//! MLX keeps them apart under `switch_mlp`.
-
-use crate::error::Result;
-use crate::spec::Header;
-use mlx_rs::ops::split_equal;
-use mlx_rs::Array;
-use std::collections::{BTreeMap, HashMap};
+//! MLX keeps them apart under `switch_mlp`. This file names the split;
+//! `sanitize.rs` applies it to headers and arrays alike.
 
 const GATE_UP: &str = ".experts.gate_up_proj";
 const DOWN: &str = ".experts.down_proj";
 
-fn fused_prefixes<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
-    names
-        .filter_map(|name| name.strip_suffix(GATE_UP).map(str::to_owned))
-        .collect()
+/// An HF expert tensor and the MLX names it becomes.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Experts {
+    /// The fused projection: split in halves along its rows, gate first.
+    GateUp { gate: String, up: String },
+    /// The down projection, renamed.
+    Down(String),
 }
 
-pub(crate) fn split_fused_expert_headers(headers: &mut BTreeMap<String, Header>) {
-    for prefix in fused_prefixes(headers.keys()) {
-        let fused = headers
-            .remove(&format!("{prefix}{GATE_UP}"))
-            .expect("listed above");
-        let mut half = fused.clone();
-        if let Some(rows) = half.shape.iter_mut().rev().nth(1) {
-            *rows /= 2;
-        }
-        headers.insert(
-            format!("{prefix}.switch_mlp.gate_proj.weight"),
-            half.clone(),
-        );
-        headers.insert(format!("{prefix}.switch_mlp.up_proj.weight"), half);
-        if let Some(down) = headers.remove(&format!("{prefix}{DOWN}")) {
-            headers.insert(format!("{prefix}.switch_mlp.down_proj.weight"), down);
-        }
+/// What an HF expert tensor becomes; None for every other name.
+pub(crate) fn experts(name: &str) -> Option<Experts> {
+    if let Some(prefix) = name.strip_suffix(GATE_UP) {
+        return Some(Experts::GateUp {
+            gate: format!("{prefix}.switch_mlp.gate_proj.weight"),
+            up: format!("{prefix}.switch_mlp.up_proj.weight"),
+        });
     }
+    name.strip_suffix(DOWN)
+        .map(|prefix| Experts::Down(format!("{prefix}.switch_mlp.down_proj.weight")))
 }
 
-pub(crate) fn split_fused_experts(arrays: &mut HashMap<String, Array>) -> Result<()> {
-    for prefix in fused_prefixes(arrays.keys()) {
-        let fused = arrays
-            .remove(&format!("{prefix}{GATE_UP}"))
-            .expect("listed above");
-        let halves = split_equal(&fused, 2, -2)?;
-        arrays.insert(
-            format!("{prefix}.switch_mlp.gate_proj.weight"),
-            halves[0].clone(),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hf_expert_names_map_to_mlx_ones() {
+        assert_eq!(
+            experts("model.layers.3.mlp.experts.gate_up_proj"),
+            Some(Experts::GateUp {
+                gate: "model.layers.3.mlp.switch_mlp.gate_proj.weight".into(),
+                up: "model.layers.3.mlp.switch_mlp.up_proj.weight".into(),
+            })
         );
-        arrays.insert(
-            format!("{prefix}.switch_mlp.up_proj.weight"),
-            halves[1].clone(),
+        assert_eq!(
+            experts("model.layers.3.mlp.experts.down_proj"),
+            Some(Experts::Down(
+                "model.layers.3.mlp.switch_mlp.down_proj.weight".into()
+            ))
         );
-        if let Some(down) = arrays.remove(&format!("{prefix}{DOWN}")) {
-            arrays.insert(format!("{prefix}.switch_mlp.down_proj.weight"), down);
-        }
+        assert_eq!(experts("model.layers.3.mlp.gate.weight"), None);
     }
-    Ok(())
 }

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{fixture, host_f32, max_abs_diff, reference};
-use flashbar_models::{Drafter, LayerCache, Model, ModelError};
+use flashbar_models::{Drafter, LayerCache, Model, ModelError, Outputs};
 use mlx_rs::Array;
 
 const TOLERANCE: f32 = 1e-4;
@@ -20,7 +20,11 @@ fn draft_logits_match(drafter_name: &str, target_name: &str) {
 
     let tokens = r["tokens"].reshape(&[1, -1]).unwrap();
     let mut cache = target.new_cache();
-    let (_, target_taps) = target.forward_with_taps(&tokens, &mut cache, taps).unwrap();
+    let target_taps = target
+        .forward(&tokens, &mut cache, Outputs::ALL.tapping(taps))
+        .unwrap()
+        .taps
+        .unwrap();
     let tap_diff = max_abs_diff(&target_taps, &r["taps_1"]);
     assert!(
         tap_diff <= TOLERANCE,
@@ -144,21 +148,26 @@ fn rollback_is_exact(name: &str) {
     let t = block.len();
     for accepted in [1, 3, t - 1, t] {
         let mut verified = model.new_cache();
-        model.forward(&prompt, &mut verified).unwrap();
-        let (_, _, tape) = model
+        model.forward(&prompt, &mut verified, Outputs::ALL).unwrap();
+        let tape = model
             .verify(
                 &Array::from_slice(&block, &[1, t as i32]),
                 &mut verified,
                 &[0, 3],
             )
-            .unwrap();
+            .unwrap()
+            .tape;
         model.rollback(&mut verified, &tape, accepted).unwrap();
 
         let mut plain = model.new_cache();
-        model.forward(&prompt, &mut plain).unwrap();
+        model.forward(&prompt, &mut plain, Outputs::ALL).unwrap();
         for &token in &block[..accepted] {
             model
-                .forward(&Array::from_slice(&[token], &[1, 1]), &mut plain)
+                .forward(
+                    &Array::from_slice(&[token], &[1, 1]),
+                    &mut plain,
+                    Outputs::ALL,
+                )
                 .unwrap();
         }
         let (a, b) = (snapshot(&verified), snapshot(&plain));

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{fixture, host_i32, max_abs_diff, reference};
-use flashbar_models::Model;
+use flashbar_models::{Model, Outputs};
 use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
 use mlx_rs::Array;
 
@@ -20,7 +20,11 @@ fn prefill_and_decode_match(name: &str, tolerance: f32) {
     for len in 1..=n {
         let mut cache = model.new_cache();
         let prompt = tokens.index(..len).reshape(&[1, len]).unwrap();
-        let logits = model.forward(&prompt, &mut cache).unwrap().index(0);
+        let logits = model
+            .forward(&prompt, &mut cache, Outputs::ALL)
+            .unwrap()
+            .logits
+            .index(0);
         let diff = max_abs_diff(&logits, &reference[&format!("prefill_{len}")]);
         worst = worst.max(diff);
         assert!(
@@ -31,7 +35,11 @@ fn prefill_and_decode_match(name: &str, tolerance: f32) {
     let mut cache = model.new_cache();
     for t in 0..n {
         let step = tokens.index(t..t + 1).reshape(&[1, 1]).unwrap();
-        let logits = model.forward(&step, &mut cache).unwrap().index((0, 0));
+        let logits = model
+            .forward(&step, &mut cache, Outputs::ALL)
+            .unwrap()
+            .logits
+            .index((0, 0));
         let diff = max_abs_diff(&logits, &reference["decode"].index(t));
         worst = worst.max(diff);
         assert!(
@@ -49,8 +57,9 @@ fn greedy_matches(name: &str) {
     let tokens = &reference["tokens"];
     let mut cache = model.new_cache();
     let mut logits = model
-        .forward(&tokens.reshape(&[1, -1]).unwrap(), &mut cache)
-        .unwrap();
+        .forward(&tokens.reshape(&[1, -1]).unwrap(), &mut cache, Outputs::ALL)
+        .unwrap()
+        .logits;
     let mut generated = Vec::new();
     for _ in 0..expected.len() {
         let last = logits.index((0, -1));
@@ -58,8 +67,9 @@ fn greedy_matches(name: &str) {
         let id = host_i32(&next)[0];
         generated.push(id);
         logits = model
-            .forward(&Array::from_slice(&[id], &[1, 1]), &mut cache)
-            .unwrap();
+            .forward(&Array::from_slice(&[id], &[1, 1]), &mut cache, Outputs::ALL)
+            .unwrap()
+            .logits;
     }
     assert_eq!(
         generated, expected,
@@ -116,8 +126,9 @@ fn bf16_checkpoint_matches_mlx_lm_within_bf16_rounding() {
     let n = tokens.shape()[0];
     let mut cache = model.new_cache();
     let logits = model
-        .forward(&tokens.reshape(&[1, n]).unwrap(), &mut cache)
+        .forward(&tokens.reshape(&[1, n]).unwrap(), &mut cache, Outputs::ALL)
         .unwrap()
+        .logits
         .index(0);
     let expected = &reference[&format!("prefill_{n}")];
     let largest = common::host_f32(expected)
@@ -143,8 +154,14 @@ fn long_quantized_prefill_matches_token_by_token_decode() {
         let n = long.shape()[0];
         assert!(n > CPU_GEMM_FROM_ROWS, "{n} tokens");
         let prompt = long.reshape(&[1, n]).unwrap();
-        let prefill = model.forward(&prompt, &mut model.new_cache()).unwrap();
-        let last = model.forward_last(&prompt, &mut model.new_cache()).unwrap();
+        let prefill = model
+            .forward(&prompt, &mut model.new_cache(), Outputs::ALL)
+            .unwrap()
+            .logits;
+        let last = model
+            .forward(&prompt, &mut model.new_cache(), Outputs::LAST)
+            .unwrap()
+            .logits;
         let diff = max_abs_diff(&last.index((0, 0)), &prefill.index((0, n - 1)));
         assert!(
             diff <= F32_TOLERANCE,
@@ -153,7 +170,11 @@ fn long_quantized_prefill_matches_token_by_token_decode() {
         let mut cache = model.new_cache();
         for t in 0..n {
             let step = long.index(t..t + 1).reshape(&[1, 1]).unwrap();
-            let logits = model.forward(&step, &mut cache).unwrap().index((0, 0));
+            let logits = model
+                .forward(&step, &mut cache, Outputs::ALL)
+                .unwrap()
+                .logits
+                .index((0, 0));
             let diff = max_abs_diff(&logits, &prefill.index((0, t)));
             assert!(
                 diff <= F32_TOLERANCE,

@@ -8,7 +8,7 @@
 mod common;
 
 use common::{fixture, host_f32};
-use flashbar_models::Model;
+use flashbar_models::{Model, Outputs};
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::Array;
 use std::path::{Path, PathBuf};
@@ -38,11 +38,19 @@ fn first_difference(dir: &Path, context: usize, block: usize) -> Option<(usize, 
     let tokens = ids(block, vocab, 2);
 
     let mut stepped = model.new_cache();
-    model.forward(&row(&prompt), &mut stepped).unwrap();
+    model
+        .forward(&row(&prompt), &mut stepped, Outputs::ALL)
+        .unwrap();
     let mut verified = stepped.clone();
-    let (logits, _, _) = model.verify(&row(&tokens), &mut verified, &[0]).unwrap();
+    let logits = model
+        .verify(&row(&tokens), &mut verified, &[0])
+        .unwrap()
+        .logits;
     for (i, &token) in tokens.iter().enumerate() {
-        let step = model.forward(&row(&[token]), &mut stepped).unwrap();
+        let step = model
+            .forward(&row(&[token]), &mut stepped, Outputs::ALL)
+            .unwrap()
+            .logits;
         let (a, b) = (
             host_f32(&step),
             host_f32(&logits.index((.., i as i32..i as i32 + 1))),
