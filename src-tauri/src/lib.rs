@@ -12,6 +12,8 @@
 //! [`atomic`] writes the settings and history files crash-safely.
 
 mod atomic;
+#[cfg(test)]
+mod bindings;
 mod chat;
 mod engine;
 mod history;

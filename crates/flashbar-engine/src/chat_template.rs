@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 
 /// One chat message.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 pub struct Message {
     pub role: String,
     pub content: String,

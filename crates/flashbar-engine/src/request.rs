@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum Speculation {
     /// DFlash when a drafter is loaded and the gate says it pays, else plain.
@@ -15,6 +15,17 @@ pub enum Speculation {
     Dflash,
     /// Plain decoding.
     Off,
+}
+
+impl Speculation {
+    /// Its name on the wire and in logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Speculation::Auto => "auto",
+            Speculation::Dflash => "dflash",
+            Speculation::Off => "off",
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -4,9 +4,10 @@
 use crate::policy::gate::GateState;
 use crate::policy::thermal::ThermalState;
 use serde::Serialize;
+use ts_rs::TS;
 
 /// How a round produced its tokens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, TS)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Plain autoregressive decoding: one target step, one token.
@@ -15,8 +16,18 @@ pub enum Mode {
     Dflash,
 }
 
+impl Mode {
+    /// Its name on the wire and in logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Ar => "ar",
+            Mode::Dflash => "dflash",
+        }
+    }
+}
+
 /// One decoding round.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, TS)]
 pub struct RoundStats {
     pub mode: Mode,
     /// Tokens proposed (1 for AR).
@@ -52,7 +63,7 @@ pub(crate) fn per_second(tokens: usize, ms: f64) -> f64 {
 }
 
 /// Why a generation ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, TS)]
 #[serde(rename_all = "lowercase")]
 pub enum FinishReason {
     /// EOS or a stop sequence.
@@ -171,7 +182,7 @@ pub struct Generation {
     pub stats: Totals,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, TS)]
 pub struct Totals {
     pub mode: Option<Mode>,
     pub prompt_tokens: usize,

@@ -85,7 +85,7 @@ impl Record {
 }
 
 /// One request, as logged.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, ts_rs::TS)]
 pub struct RequestLine {
     pub method: String,
     pub path: String,
@@ -93,11 +93,12 @@ pub struct RequestLine {
     pub status: u16,
     pub prompt_tokens: Option<usize>,
     pub completion_tokens: Option<usize>,
-    /// The speculation mode the request asked for (`auto`, `off`, `dflash`).
-    pub speculation: Option<String>,
-    /// How its tokens were made (`ar`, `dflash`), if it generated.
-    pub mode: Option<String>,
+    /// The speculation mode the request asked for.
+    pub speculation: Option<Speculation>,
+    /// How its tokens were made, if it generated.
+    pub mode: Option<Mode>,
     pub accepted_drafts: Option<usize>,
+    #[ts(type = "number")]
     pub ms: u64,
 }
 
@@ -115,19 +116,11 @@ impl fmt::Display for RequestLine {
             or_dash(&self.model),
             or_dash(&self.prompt_tokens),
             or_dash(&self.completion_tokens),
-            or_dash(&self.speculation),
-            or_dash(&self.mode),
+            or_dash(&self.speculation.map(Speculation::name)),
+            or_dash(&self.mode.map(Mode::name)),
             or_dash(&self.accepted_drafts),
             self.ms
         )
-    }
-}
-
-fn speculation_name(asked: Speculation) -> &'static str {
-    match asked {
-        Speculation::Auto => "auto",
-        Speculation::Off => "off",
-        Speculation::Dflash => "dflash",
     }
 }
 
@@ -167,13 +160,8 @@ impl Pending {
             status: self.status,
             prompt_tokens: usage.map(|u| u.prompt_tokens),
             completion_tokens: usage.map(|u| u.completion_tokens),
-            speculation: learned
-                .and_then(|l| l.asked)
-                .map(|a| speculation_name(a).to_owned()),
-            mode: usage.and_then(|u| u.mode).map(|m| match m {
-                Mode::Ar => "ar".to_owned(),
-                Mode::Dflash => "dflash".to_owned(),
-            }),
+            speculation: learned.and_then(|l| l.asked),
+            mode: usage.and_then(|u| u.mode),
             accepted_drafts: usage.map(|u| u.accepted),
             ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
         }
@@ -265,8 +253,8 @@ mod tests {
             status: 200,
             prompt_tokens: Some(12),
             completion_tokens: Some(40),
-            speculation: Some("auto".into()),
-            mode: Some("dflash".into()),
+            speculation: Some(Speculation::Auto),
+            mode: Some(Mode::Dflash),
             accepted_drafts: Some(31),
             ms: 812,
         };

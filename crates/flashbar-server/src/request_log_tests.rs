@@ -90,7 +90,7 @@ async fn each_request_gets_one_line_without_keys_or_text() {
         assert_eq!(line.model.as_deref(), Some("echo"));
         assert_eq!(line.completion_tokens, Some(3));
         assert!(line.prompt_tokens.is_some_and(|n| n > 0));
-        assert_eq!(line.speculation.as_deref(), Some("off"));
+        assert_eq!(line.speculation, Some(flashbar_engine::Speculation::Off));
         // The echo backend does not decode: no mode, nothing drafted.
         assert_eq!(line.mode, None);
         assert_eq!(line.accepted_drafts, Some(0));

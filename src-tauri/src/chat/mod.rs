@@ -7,10 +7,9 @@
 
 use crate::engine::EngineHandle;
 use crate::settings::SettingsHandle;
-use flashbar_engine::Event;
 use flashbar_engine::{
-    CancelToken, Commit, EngineError, GenerateRequest, Message, Prompt, RoundStats, SamplingParams,
-    Sink,
+    CancelToken, Commit, EngineError, Event, FinishReason, GenerateRequest, Message, Prompt,
+    RoundStats, SamplingParams, Sink, Totals,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -22,7 +21,7 @@ use tauri::{AppHandle, Emitter, Manager, State};
 const MAX_TOKENS_LIMIT: usize = 8192;
 
 /// What the UI sends.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ts_rs::TS)]
 pub struct ChatRequest {
     pub messages: Vec<Message>,
     #[serde(default)]
@@ -32,6 +31,7 @@ pub struct ChatRequest {
     #[serde(default = "default_max_tokens")]
     pub max_tokens: usize,
     #[serde(default)]
+    #[ts(type = "number")]
     pub seed: u64,
 }
 
@@ -48,19 +48,50 @@ pub struct Jobs {
 
 /// `chat:token`: one committed token; `id` is None for text held back
 /// (UTF-8, a possible stop sequence) and released at the end.
-#[derive(Clone, Serialize)]
-struct TokenEvent<'a> {
+#[derive(Clone, Serialize, ts_rs::TS)]
+pub(crate) struct TokenEvent<'a> {
+    #[ts(type = "number")]
     job: u64,
     id: Option<u32>,
     from_draft: bool,
     text: &'a str,
 }
 
-#[derive(Clone, Serialize)]
-struct RoundEvent<'a> {
+/// `chat:round`: one decoding round of answer `job` (or [`HTTP_JOB`]).
+#[derive(Clone, Serialize, ts_rs::TS)]
+pub(crate) struct RoundEvent<'a> {
+    #[ts(type = "number")]
     job: u64,
     #[serde(flatten)]
     stats: &'a RoundStats,
+}
+
+/// `chat:done`: an answer finished.
+#[derive(Clone, Serialize, ts_rs::TS)]
+pub(crate) struct DoneEvent<'a> {
+    #[ts(type = "number")]
+    job: u64,
+    finish_reason: FinishReason,
+    text: &'a str,
+    stats: &'a Totals,
+}
+
+/// `chat:error`: an answer failed.
+#[derive(Clone, Serialize, ts_rs::TS)]
+pub(crate) struct ErrorEvent {
+    #[ts(type = "number")]
+    job: u64,
+    error: String,
+}
+
+/// `chat:reloaded`: the pair had been unloaded while idle and was loaded
+/// again for `job`, taking `ms`.
+#[derive(Clone, Serialize, ts_rs::TS)]
+pub(crate) struct ReloadedEvent {
+    #[ts(type = "number")]
+    job: u64,
+    #[ts(type = "number")]
+    ms: u64,
 }
 
 /// Emits each token / round as it happens, on the engine thread.
@@ -205,7 +236,7 @@ pub fn chat_send(
                     ..
                 } => {
                     // The pair had been unloaded while idle.
-                    let _ = app.emit("chat:reloaded", serde_json::json!({ "job": job, "ms": ms }));
+                    let _ = app.emit("chat:reloaded", ReloadedEvent { job, ms });
                 }
                 Event::Started { .. } | Event::Text(_) => {}
             }
@@ -213,27 +244,26 @@ pub fn chat_send(
         lock(&app.state::<Jobs>().cancels).remove(&job);
         match last {
             Some(Ok(generation)) => {
-                let _ = app.emit(
-                    "chat:done",
-                    serde_json::json!({
-                        "job": job,
-                        "finish_reason": generation.finish_reason,
-                        "text": generation.text,
-                        "stats": generation.stats,
-                    }),
-                );
+                let done = DoneEvent {
+                    job,
+                    finish_reason: generation.finish_reason,
+                    text: &generation.text,
+                    stats: &generation.stats,
+                };
+                let _ = app.emit("chat:done", done);
             }
             Some(Err(message)) => {
                 let _ = app.emit(
                     "chat:error",
-                    serde_json::json!({ "job": job, "error": message }),
+                    ErrorEvent {
+                        job,
+                        error: message,
+                    },
                 );
             }
             None => {
-                let _ = app.emit(
-                    "chat:error",
-                    serde_json::json!({ "job": job, "error": "the engine stopped" }),
-                );
+                let error = "the engine stopped".to_owned();
+                let _ = app.emit("chat:error", ErrorEvent { job, error });
             }
         }
     });

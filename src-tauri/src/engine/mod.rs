@@ -50,15 +50,38 @@ pub fn apply_idle_unload(app: &AppHandle) {
     }
 }
 
+/// Where loading stands.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq, ts_rs::TS)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineState {
+    /// Nothing loaded yet.
+    #[default]
+    Idle,
+    Loading,
+    Ready,
+    Failed,
+}
+
+impl std::fmt::Display for EngineState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EngineState::Idle => "idle",
+            EngineState::Loading => "loading",
+            EngineState::Ready => "ready",
+            EngineState::Failed => "failed",
+        })
+    }
+}
+
 /// Where loading stands, as the UI shows it.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq, ts_rs::TS)]
 pub struct EngineStatus {
-    /// "idle" | "loading" | "ready" | "failed"
-    pub state: &'static str,
+    pub state: EngineState,
     pub target: String,
     pub drafter: Option<String>,
     pub model_id: String,
     /// Time spent loading so far (or in total, once ready).
+    #[ts(type = "number")]
     pub elapsed_ms: u64,
     pub error: Option<String>,
 }
@@ -108,7 +131,7 @@ pub fn load_in_background(app: &AppHandle, pair: Pair, then: fn(&AppHandle)) {
         let mut inner = handle.lock();
         inner.load_id += 1;
         inner.status = EngineStatus {
-            state: "loading",
+            state: EngineState::Loading,
             target: pair.target.display().to_string(),
             drafter: pair.drafter.as_ref().map(|d| d.display().to_string()),
             model_id: pair::model_id(&pair.target),
@@ -151,11 +174,11 @@ fn load(app: AppHandle, pair: Pair, load_id: u64, then: fn(&AppHandle)) {
         inner.status.elapsed_ms = started.elapsed().as_millis() as u64;
         match result {
             Ok(worker) => {
-                inner.status.state = "ready";
+                inner.status.state = EngineState::Ready;
                 inner.worker.replace(Arc::new(worker))
             }
             Err(error) => {
-                inner.status.state = "failed";
+                inner.status.state = EngineState::Failed;
                 inner.status.error = Some(first_line(&error));
                 inner.worker.take()
             }
@@ -164,7 +187,7 @@ fn load(app: AppHandle, pair: Pair, load_id: u64, then: fn(&AppHandle)) {
     let _ = ticker.join();
     drop(old); // frees the previous model (waits for its current job)
     emit(&app);
-    if handle.status().state == "ready" {
+    if handle.status().state == EngineState::Ready {
         then(&app);
     }
 }
@@ -177,7 +200,7 @@ fn spawn_ticker(app: AppHandle, load_id: u64, started: Instant) -> std::thread::
         let handle = app.state::<EngineHandle>();
         {
             let mut inner = handle.lock();
-            if inner.load_id != load_id || inner.status.state != "loading" {
+            if inner.load_id != load_id || inner.status.state != EngineState::Loading {
                 return;
             }
             inner.status.elapsed_ms = started.elapsed().as_millis() as u64;

@@ -12,11 +12,12 @@ use std::path::Path;
 pub const EXTRA_CATALOGUE_ENV: &str = "FLASHBAR_CATALOGUE";
 
 /// One pair as the UI shows it.
-#[derive(Debug, Serialize, PartialEq)]
+#[derive(Debug, Serialize, PartialEq, ts_rs::TS)]
 pub struct PairInfo {
     pub id: String,
     pub name: String,
     /// Memory the pair needs to run.
+    #[ts(type = "number")]
     pub memory_bytes: u64,
     /// Whether that fits this machine's budget (None: unknown here).
     pub fits: Option<bool>,
@@ -29,11 +30,12 @@ pub struct PairInfo {
     pub embedded: bool,
 }
 
-#[derive(Debug, Serialize, PartialEq)]
+#[derive(Debug, Serialize, PartialEq, ts_rs::TS)]
 pub struct ModelInfo {
     pub id: String,
     /// `owner/name` on the hub; None for an embedded model.
     pub repo: Option<String>,
+    #[ts(type = "number")]
     pub size_bytes: u64,
     /// The size is an estimate (the hub gives the exact one on download).
     pub estimate: bool,

@@ -7,7 +7,7 @@ use crate::engine::pair;
 use flashbar_hub::doctor::{self, Status};
 use serde::Serialize;
 
-#[derive(Debug, Serialize, PartialEq)]
+#[derive(Debug, Serialize, PartialEq, ts_rs::TS)]
 pub struct Verdict {
     pub target: String,
     pub drafter: Option<String>,
@@ -16,7 +16,7 @@ pub struct Verdict {
     pub findings: Vec<Finding>,
 }
 
-#[derive(Debug, Serialize, PartialEq)]
+#[derive(Debug, Serialize, PartialEq, ts_rs::TS)]
 pub struct Finding {
     pub check: String,
     pub ok: bool,

@@ -6,16 +6,30 @@
 use flashbar_hub::{CancelToken, CatalogueEntry, HubConfig, HubError, PullEvent};
 use serde::Serialize;
 
+/// A download's phase.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq, ts_rs::TS)]
+#[serde(rename_all = "lowercase")]
+#[ts(rename = "DownloadPhase")]
+pub enum Phase {
+    #[default]
+    Starting,
+    Running,
+    Done,
+    Cancelled,
+    Failed,
+}
+
 /// Where a pair's download stands: the payload of `models:download`.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq, ts_rs::TS)]
 pub struct DownloadState {
     pub pair: String,
-    /// "starting" | "running" | "done" | "cancelled" | "failed"
-    pub state: &'static str,
+    pub state: Phase,
     /// The file being fetched.
     pub file: String,
     /// Over both models, files already on disk included.
+    #[ts(type = "number")]
     pub done_bytes: u64,
+    #[ts(type = "number")]
     pub total_bytes: u64,
     pub bytes_per_second: f64,
     /// None until a speed is known.
@@ -24,7 +38,7 @@ pub struct DownloadState {
 }
 
 impl DownloadState {
-    pub fn new(pair: &str, state: &'static str) -> Self {
+    pub fn new(pair: &str, state: Phase) -> Self {
         DownloadState {
             pair: pair.to_owned(),
             state,
@@ -84,18 +98,18 @@ fn progress(pair: &str, file: &str, done: u64, total: u64, speed: f64) -> Downlo
         total_bytes: total,
         bytes_per_second: speed,
         eta_seconds: (speed > 0.0).then(|| total.saturating_sub(done) as f64 / speed),
-        ..DownloadState::new(pair, "running")
+        ..DownloadState::new(pair, Phase::Running)
     }
 }
 
 /// The last state of a download that ended with `result`.
 pub fn finished(last: DownloadState, result: &Result<(), HubError>) -> DownloadState {
     let (state, error) = match result {
-        Ok(()) => ("done", None),
-        Err(HubError::Cancelled) => ("cancelled", None),
-        Err(e) => ("failed", Some(e.to_string())),
+        Ok(()) => (Phase::Done, None),
+        Err(HubError::Cancelled) => (Phase::Cancelled, None),
+        Err(e) => (Phase::Failed, Some(e.to_string())),
     };
-    let done_bytes = if state == "done" {
+    let done_bytes = if state == Phase::Done {
         last.total_bytes
     } else {
         last.done_bytes
@@ -117,7 +131,7 @@ mod tests {
     #[test]
     fn the_eta_covers_everything_left() {
         let p = progress("p", "model.safetensors", 250, 1250, 100.0);
-        assert_eq!(p.state, "running");
+        assert_eq!(p.state, Phase::Running);
         assert_eq!(p.eta_seconds, Some(10.0));
         assert_eq!(progress("p", "", 0, 10, 0.0).eta_seconds, None);
     }
@@ -128,12 +142,15 @@ mod tests {
         let done = finished(last.clone(), &Ok(()));
         assert_eq!(
             (done.state, done.done_bytes, done.eta_seconds),
-            ("done", 100, None)
+            (Phase::Done, 100, None)
         );
         let cancelled = finished(last.clone(), &Err(HubError::Cancelled));
-        assert_eq!((cancelled.state, cancelled.done_bytes), ("cancelled", 40));
+        assert_eq!(
+            (cancelled.state, cancelled.done_bytes),
+            (Phase::Cancelled, 40)
+        );
         let failed = finished(last, &Err(HubError::Invalid("bad repo".into())));
-        assert_eq!(failed.state, "failed");
+        assert_eq!(failed.state, Phase::Failed);
         assert!(failed.error.unwrap().contains("bad repo"));
     }
 

@@ -7,22 +7,26 @@ use serde::Serialize;
 use std::path::Path;
 
 /// The store as the UI shows it.
-#[derive(Debug, Serialize, PartialEq)]
+#[derive(Debug, Serialize, PartialEq, ts_rs::TS)]
 pub struct LocalModels {
     /// The store's folder.
     pub store: String,
     /// Bytes every repo there takes, unfinished downloads included.
+    #[ts(type = "number")]
     pub used_bytes: u64,
     /// Free space on its disk (None when it cannot be measured).
+    #[ts(type = "number | null")]
     pub free_bytes: Option<u64>,
     pub repos: Vec<LocalModel>,
 }
 
-#[derive(Debug, Serialize, PartialEq)]
+#[derive(Debug, Serialize, PartialEq, ts_rs::TS)]
 pub struct LocalModel {
     pub repo: String,
+    #[ts(type = "number")]
     pub size_bytes: u64,
     /// Bytes of an unfinished (resumable) download.
+    #[ts(type = "number")]
     pub incomplete_bytes: u64,
     /// The newest complete snapshot's folder, if any.
     pub path: Option<String>,

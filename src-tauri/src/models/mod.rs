@@ -8,10 +8,10 @@
 //! The hub is `HF_ENDPOINT` (else huggingface.co) and the store the HF
 //! cache (`HF_HUB_CACHE` / `HF_HOME`), as for `flashbar pull`.
 
-mod catalogue;
-mod doctor;
-mod download;
-mod local;
+pub(crate) mod catalogue;
+pub(crate) mod doctor;
+pub(crate) mod download;
+pub(crate) mod local;
 
 use crate::engine::{pair, EngineHandle};
 use download::DownloadState;
@@ -133,7 +133,7 @@ pub fn models_download(
         }
         running.insert(pair.clone(), cancel.clone());
     }
-    let starting = DownloadState::new(&pair, "starting");
+    let starting = DownloadState::new(&pair, download::Phase::Starting);
     downloads.record(&starting);
     let _ = app.emit("models:download", &starting);
     tauri::async_runtime::spawn(async move {
@@ -150,7 +150,7 @@ pub fn models_download(
             .unwrap_or_else(|p| p.into_inner())
             .get(&pair)
             .cloned()
-            .unwrap_or_else(|| DownloadState::new(&pair, "starting"));
+            .unwrap_or_else(|| DownloadState::new(&pair, download::Phase::Starting));
         let end = download::finished(last, &result);
         downloads.record(&end);
         downloads

@@ -15,7 +15,7 @@ pub mod file;
 
 const FILE_NAME: &str = "settings.json";
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(default)]
 pub struct Settings {
     pub server_enabled: bool,

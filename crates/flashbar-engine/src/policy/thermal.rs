@@ -11,7 +11,7 @@
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum ThermalState {
     Nominal,
