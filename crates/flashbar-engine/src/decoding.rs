@@ -111,7 +111,7 @@ impl Decoding<'_, '_> {
 
         while run.finish.is_none() && run.generated < max_tokens {
             match self.plan() {
-                Plan::Ar(steps) => self.plain_steps(&mut run, steps, request, sink)?,
+                Plan::Plain(steps) => self.plain_steps(&mut run, steps, request, sink)?,
                 Plan::Dflash => {
                     let block = match (&self.block_size, &blocks) {
                         (Some(fixed), _) => *fixed,
@@ -137,7 +137,7 @@ impl Decoding<'_, '_> {
                 mode: Some(if run.dflash_rounds > 0 {
                     Mode::Dflash
                 } else {
-                    Mode::Ar
+                    Mode::Plain
                 }),
                 prompt_tokens: prompt.len(),
                 completion_tokens: completion,
@@ -162,7 +162,7 @@ impl Decoding<'_, '_> {
     fn plan(&mut self) -> Plan {
         let thermal = self.thermal.state();
         match (&mut self.control, &self.proposer) {
-            (Control::Plain, _) | (_, None) => Plan::Ar(usize::MAX),
+            (Control::Plain, _) | (_, None) => Plan::Plain(usize::MAX),
             (Control::Forced(gate), Some(_)) => {
                 gate.set_thermal(thermal);
                 Plan::Dflash
@@ -272,7 +272,7 @@ impl Decoding<'_, '_> {
             gate.state()
         });
         let go_on = sink.round(&RoundStats {
-            mode: Mode::Ar,
+            mode: Mode::Plain,
             block_size: 1,
             accepted: 0,
             committed: 1,

@@ -3,8 +3,6 @@
 use crate::chat_template::Message;
 use crate::sampling::SamplingParams;
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
@@ -60,16 +58,8 @@ impl GenerateRequest {
     }
 }
 
-/// Held by the caller; the generation stops at the next token once set.
-#[derive(Clone, Debug, Default)]
-pub struct CancelToken(Arc<AtomicBool>);
-
-impl CancelToken {
-    pub fn cancel(&self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-
-    pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
-}
+/// The one cancel switch of every crate (a queued or running generation,
+/// a download): clone it, `.cancel()` from any thread, `.is_cancelled()`
+/// or `.cancelled().await` where the work runs. The worker's sink answers
+/// "stop" once its job's token is cancelled.
+pub type CancelToken = tokio_util::sync::CancellationToken;

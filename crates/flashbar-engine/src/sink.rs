@@ -10,8 +10,9 @@ use ts_rs::TS;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, TS)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
-    /// Plain autoregressive decoding: one target step, one token.
-    Ar,
+    /// Plain decoding: one target step, one token ("ar" on the wire).
+    #[serde(rename = "ar")]
+    Plain,
     /// A drafted block verified by the target.
     Dflash,
 }
@@ -20,7 +21,7 @@ impl Mode {
     /// Its name on the wire and in logs.
     pub fn name(self) -> &'static str {
         match self {
-            Mode::Ar => "ar",
+            Mode::Plain => "ar",
             Mode::Dflash => "dflash",
         }
     }

@@ -127,7 +127,7 @@ fn dflash_equals_plain_decoding((target, drafter): (&str, &str), temperature: f3
             assert_eq!(streamed.text, fast.text);
             let ids: Vec<u32> = streamed.tokens.iter().map(|t| t.0).collect();
             assert_eq!(ids, fast.token_ids);
-            assert_eq!(streamed.rounds[0].mode, Mode::Ar, "the prefill's token");
+            assert_eq!(streamed.rounds[0].mode, Mode::Plain, "the prefill's token");
             for round in &streamed.rounds[1..] {
                 assert_eq!(round.mode, Mode::Dflash);
                 assert!(round.block_size <= block && round.accepted < round.block_size);
@@ -386,7 +386,7 @@ fn auto_floors_to_plain_decoding_when_the_drafter_is_useless() {
     let modes: String = rec
         .rounds
         .iter()
-        .map(|r| if r.mode == Mode::Ar { 'a' } else { 'd' })
+        .map(|r| if r.mode == Mode::Plain { 'a' } else { 'd' })
         .collect();
     assert!(modes.starts_with("aaaa"), "calibration first: {modes}");
     let first_floor = modes[4..].find('a').map(|i| i + 4).expect("never floored");
@@ -411,8 +411,8 @@ fn auto_floors_to_plain_decoding_when_the_drafter_is_useless() {
 fn speculation_off_and_auto_choose_the_loop() {
     let engine = pair("dense-mlx-4bit", "drafter-dense-f32");
     let (off, rec) = run(&engine, &request("hello", Speculation::Off, 0.0));
-    assert_eq!(off.stats.mode, Some(Mode::Ar));
-    assert!(rec.rounds.iter().all(|r| r.mode == Mode::Ar));
+    assert_eq!(off.stats.mode, Some(Mode::Plain));
+    assert!(rec.rounds.iter().all(|r| r.mode == Mode::Plain));
     let (auto, _) = run(&engine, &request("hello", Speculation::Auto, 0.0));
     assert_eq!(auto.stats.mode, Some(Mode::Dflash));
     assert_eq!(auto.token_ids, off.token_ids);

@@ -58,7 +58,7 @@ impl Sink for Recorder {
         self.stop_after != Some(self.tokens.len())
     }
     fn round(&mut self, stats: &RoundStats) -> bool {
-        assert_eq!((stats.mode, stats.committed), (Mode::Ar, 1));
+        assert_eq!((stats.mode, stats.committed), (Mode::Plain, 1));
         self.rounds += 1;
         true
     }

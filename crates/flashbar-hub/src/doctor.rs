@@ -19,7 +19,7 @@ pub enum Status {
 
 /// One check and its reason.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Check {
+pub struct Finding {
     pub name: String,
     pub status: Status,
     pub detail: String,
@@ -30,7 +30,7 @@ pub struct Check {
 pub struct Report {
     pub target: PathBuf,
     pub drafter: Option<PathBuf>,
-    pub checks: Vec<Check>,
+    pub checks: Vec<Finding>,
 }
 
 impl Report {
@@ -87,15 +87,15 @@ pub fn diagnose_with_budget(
     }
 }
 
-fn from_engine(finding: flashbar_engine::doctor::Finding) -> Check {
-    Check {
+fn from_engine(finding: flashbar_engine::doctor::Finding) -> Finding {
+    Finding {
         name: finding.check.to_owned(),
         status: if finding.ok { Status::Ok } else { Status::Fail },
         detail: finding.detail,
     }
 }
 
-fn files_check(name: &str, dir: &Path, missing: &Result<Vec<String>, String>) -> Check {
+fn files_check(name: &str, dir: &Path, missing: &Result<Vec<String>, String>) -> Finding {
     let (status, detail) = match missing {
         Err(reason) => (Status::Fail, reason.clone()),
         Ok(missing) if missing.is_empty() => (Status::Ok, format!("complete in {}", dir.display())),
@@ -107,7 +107,7 @@ fn files_check(name: &str, dir: &Path, missing: &Result<Vec<String>, String>) ->
             ),
         ),
     };
-    Check {
+    Finding {
         name: name.to_owned(),
         status,
         detail,
@@ -171,7 +171,7 @@ fn weights_missing(dir: &Path) -> Result<Vec<String>, String> {
 /// Bytes of `*.safetensors` in a folder (links followed).
 pub use flashbar_mlx::memory_guard::weight_bytes;
 
-fn memory_check(target: &Path, drafter: Option<&Path>, budget: &MemoryBudget) -> Check {
+fn memory_check(target: &Path, drafter: Option<&Path>, budget: &MemoryBudget) -> Finding {
     let weights = weight_bytes(target) + drafter.map_or(0, weight_bytes);
     let needed = memory::required_bytes(weights);
     let (status, detail) = match budget.bytes {
@@ -199,7 +199,7 @@ fn memory_check(target: &Path, drafter: Option<&Path>, budget: &MemoryBudget) ->
             ),
         ),
     };
-    Check {
+    Finding {
         name: "memory".into(),
         status,
         detail,

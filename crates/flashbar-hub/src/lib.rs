@@ -51,4 +51,4 @@ pub use store::{LocalRepo, LocalSnapshot, Store};
 
 /// Cancels a pull from any thread; a cancelled pull keeps its partial files,
 /// so the next pull of the same repo resumes them.
-pub type CancelToken = tokio_util::sync::CancellationToken;
+pub use flashbar_engine::CancelToken;

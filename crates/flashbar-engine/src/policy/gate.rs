@@ -75,7 +75,7 @@ pub enum GateState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plan {
     /// Plain steps: this many before asking again.
-    Ar(usize),
+    Plain(usize),
     Dflash,
 }
 
@@ -158,9 +158,9 @@ impl Gate {
                     .calibrations
                     .get(&self.thermal)
                     .map_or(0, |c| c.steps_seen);
-                Plan::Ar(self.config.calibration_steps.saturating_sub(seen).max(1))
+                Plan::Plain(self.config.calibration_steps.saturating_sub(seen).max(1))
             }
-            GateState::Floored => Plan::Ar(self.floored_left.max(1)),
+            GateState::Floored => Plan::Plain(self.floored_left.max(1)),
             GateState::WarmingUp | GateState::Speculating => Plan::Dflash,
         }
     }
@@ -295,7 +295,7 @@ mod tests {
         let mut trace = String::new();
         for _ in 0..steps {
             match gate.plan() {
-                Plan::Ar(_) => {
+                Plan::Plain(_) => {
                     gate.observe_ar(machine.ar_ms);
                     trace.push('a');
                 }
@@ -541,7 +541,7 @@ mod tests {
             let mut at = 0;
             while at < r.request_tokens {
                 match g.plan() {
-                    Plan::Ar(_) => {
+                    Plan::Plain(_) => {
                         g.observe_ar(r.ar_ms);
                         at += 1;
                         ms += r.ar_ms;

@@ -27,7 +27,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 pub const DEFAULT_QUEUE_CAPACITY: usize = 64;
 
 /// What the worker needs from a model: the engine, or a test's stand-in
-/// ([`echo`]). `generate` checks the request before its sink's `begin`.
+/// (`echo`). `generate` checks the request before its sink's `begin`.
 pub trait Backend {
     fn context_length(&self) -> usize;
     fn generate(
