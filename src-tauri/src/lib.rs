@@ -1,12 +1,13 @@
 //! Flashbar's desktop shell (Tauri 2): a tray / menu-bar icon with a menu
 //! and one window holding the web UI (`ui/`). Data flows one way: the UI
 //! calls commands here, these drive the engine through its public API (one
-//! [`flashbar_server::Worker`] shared by the chat and the local server),
+//! [`flashbar_engine::Worker`] shared by the chat and the local server),
 //! and results come back to the UI as events.
 //!
 //! Folders: [`engine`] (background load, the pair to load), [`chat`],
 //! [`models`] (catalogue, downloads, local store, the doctor's verdict),
-//! [`server`] (the local endpoint switch), [`settings`], [`history`] (the
+//! [`server`] (the local endpoint switch), [`settings`], [`controller`]
+//! (what changing the settings drives: reload, server, tray), [`history`] (the
 //! saved conversations), [`logs`] (the log file), [`shell`] (tray, window,
 //! macOS specifics);
 //! [`atomic`] writes the settings and history files crash-safely.
@@ -15,6 +16,7 @@ mod atomic;
 #[cfg(test)]
 mod bindings;
 mod chat;
+mod controller;
 mod engine;
 mod history;
 mod logs;
@@ -83,6 +85,10 @@ pub fn run() {
         .manage(server::log::ServerLog::default())
         .manage(shell::tray::GlanceState::default())
         .manage(settings::SettingsHandle::default())
+        .manage(chat::Watch {
+            round: shell::tray::show_round,
+            idle: shell::tray::show_idle,
+        })
         .invoke_handler(tauri::generate_handler![
             backend_info,
             ui_ready,
@@ -102,7 +108,7 @@ pub fn run() {
             server::server_status,
             server::log::server_log,
             settings::settings_get,
-            settings::settings_set,
+            controller::settings_set,
             history::history_load,
             history::history_save,
         ])
@@ -122,9 +128,9 @@ pub fn run() {
                 },
             );
             app.state::<settings::SettingsHandle>().set(settings);
-            let has_tray = shell::tray::install(&handle);
+            let has_tray = shell::tray::install(&handle, controller::toggle_server);
             app.manage(shell::tray::HasTray(has_tray));
-            engine::load_in_background(&handle, pair, server::apply_later);
+            engine::load_in_background(&handle, pair, controller::after_load);
             Ok(())
         })
         .on_window_event(|window, event| {

@@ -118,6 +118,19 @@ impl Sink for Observer {
     }
 }
 
+/// Who else sees each round and the end of each generation, besides the
+/// UI's events (the tray's live speed); set up by the app's `run`.
+pub struct Watch {
+    pub round: fn(&AppHandle, &RoundStats),
+    pub idle: fn(&AppHandle),
+}
+
+fn idle(app: &AppHandle) {
+    if let Some(watch) = app.try_state::<Watch>() {
+        (watch.idle)(app);
+    }
+}
+
 /// Job id of the rounds of requests to the local server.
 pub const HTTP_JOB: u64 = 0;
 
@@ -126,7 +139,9 @@ pub const HTTP_JOB: u64 = 0;
 pub fn emit_round(app: &AppHandle, job: u64, stats: &RoundStats) {
     let event = RoundEvent { job, stats };
     let _ = app.emit("chat:round", event);
-    crate::shell::tray::show_round(app, stats);
+    if let Some(watch) = app.try_state::<Watch>() {
+        (watch.round)(app, stats);
+    }
 }
 
 /// Sees the rounds of a request to the local server, for the metrics
@@ -144,13 +159,13 @@ impl Sink for HttpRounds {
 /// ends: the tray's speed goes back to idle then.
 impl Drop for HttpRounds {
     fn drop(&mut self) {
-        crate::shell::tray::show_idle(&self.0);
+        idle(&self.0);
     }
 }
 
 impl Drop for Observer {
     fn drop(&mut self) {
-        crate::shell::tray::show_idle(&self.app);
+        idle(&self.app);
     }
 }
 

@@ -2,14 +2,14 @@
 //! flashbar-server, started over the app's own engine worker (the chat and
 //! HTTP clients queue fairly on the one loaded model) and stopped without
 //! unloading it. Its requests' rounds go to the metrics panel like the
-//! chat's. Its state goes to the UI as `server:status` and to the
-//! tray's menu item; its request lines to the Server panel ([`log`]).
+//! chat's (the controller hands it the observer). Its state goes to the UI
+//! as `server:status` (and, through the controller, to the tray's menu
+//! item); its request lines to the Server panel ([`log`]).
 
 pub mod log;
 
 use crate::engine::EngineHandle;
 use crate::settings::SettingsHandle;
-use flashbar_engine::Observer;
 use flashbar_server::{ObserveRequests, Server, ServerOptions};
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -56,7 +56,9 @@ pub fn server_status(server: State<'_, ServerHandle>) -> ServerStatus {
 /// Brings the server in line with the settings: started (on the loaded
 /// worker), restarted when its port or key changed, or stopped. An enabled
 /// server waits for the model to load and starts then.
-pub async fn apply(app: &AppHandle) -> Result<ServerStatus, String> {
+/// `rounds` sees each request's generation. Returns the status it reached,
+/// and the error when it could not start.
+pub async fn apply(app: &AppHandle, rounds: ObserveRequests) -> (ServerStatus, Result<(), String>) {
     let settings = app.state::<SettingsHandle>().get();
     let worker = app.state::<EngineHandle>().worker();
     let handle = app.state::<ServerHandle>();
@@ -82,11 +84,7 @@ pub async fn apply(app: &AppHandle) -> Result<ServerStatus, String> {
             let options = ServerOptions {
                 addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), settings.port),
                 api_key: key.clone(),
-                // Its requests' rounds reach the metrics panel too.
-                observe: Some(ObserveRequests(std::sync::Arc::new({
-                    let app = app.clone();
-                    move || Box::new(crate::chat::HttpRounds(app.clone())) as Observer
-                }))),
+                observe: Some(rounds),
                 request_log: Some(log::sink(app)),
                 ..ServerOptions::default()
             };
@@ -117,21 +115,8 @@ pub async fn apply(app: &AppHandle) -> Result<ServerStatus, String> {
     drop(running);
     *handle.status.lock().unwrap_or_else(|p| p.into_inner()) = status.clone();
     let _ = app.emit("server:status", &status);
-    crate::shell::tray::show_server(app, &status);
-    match error {
-        Some(error) => Err(error),
-        None => Ok(status),
-    }
-}
-
-/// [`apply`] from synchronous code (after a model load).
-pub fn apply_later(app: &AppHandle) {
-    let app = app.clone();
-    tauri::async_runtime::spawn(async move {
-        if let Err(error) = apply(&app).await {
-            tracing::error!("local server: {error}");
-        }
-    });
+    let result = error.map_or(Ok(()), Err);
+    (status, result)
 }
 
 /// Stops the server (before its model is replaced).
@@ -141,13 +126,4 @@ pub async fn stop(app: &AppHandle) {
     if let Some(old) = old {
         old.server.stop().await;
     }
-}
-
-/// The tray's switch: flips `server_enabled`, saves and applies.
-pub async fn toggle(app: &AppHandle) -> Result<(), String> {
-    let mut settings = app.state::<SettingsHandle>().get();
-    settings.server_enabled = !settings.server_enabled;
-    crate::settings::settings_set(app.clone(), settings).await?;
-    let _ = app.emit("settings:changed", app.state::<SettingsHandle>().get());
-    Ok(())
 }

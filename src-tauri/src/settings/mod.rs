@@ -2,14 +2,14 @@
 //! (written crash-safely by [`file`]): the local server (enabled, port, API
 //! key), the default target + drafter, the speculation mode, idle unload,
 //! launch at login and the tray's live speed.
-//! Saving applies them: the server restarts, the model reloads when the
-//! pair changed, login items follow the switch.
+//! What saving them changes (the server, the pair, login items) is the
+//! controller's (`crate::controller`).
 
 use flashbar_engine::Speculation;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use tauri::{AppHandle, Manager, State};
+use tauri::{AppHandle, State};
 
 pub mod file;
 
@@ -97,7 +97,8 @@ impl SettingsHandle {
         self.replace(settings);
     }
 
-    fn replace(&self, settings: Settings) -> Settings {
+    /// Puts `settings` in force; returns the ones they replace.
+    pub(crate) fn replace(&self, settings: Settings) -> Settings {
         std::mem::replace(
             &mut self.0.lock().unwrap_or_else(|p| p.into_inner()),
             settings,
@@ -137,7 +138,7 @@ fn path(app: &AppHandle) -> Result<PathBuf, String> {
     crate::atomic::app_data_file(app, FILE_NAME)
 }
 
-fn save(app: &AppHandle, settings: &Settings) -> Result<(), String> {
+pub(crate) fn save(app: &AppHandle, settings: &Settings) -> Result<(), String> {
     file::write(&path(app)?, settings).map_err(|e| format!("cannot save the settings: {e}"))
 }
 
@@ -146,36 +147,8 @@ pub fn settings_get(settings: State<'_, SettingsHandle>) -> Settings {
     settings.get()
 }
 
-/// Checks, saves and applies new settings; returns them.
-#[tauri::command]
-pub async fn settings_set(app: AppHandle, settings: Settings) -> Result<Settings, String> {
-    settings.check()?;
-    let pair = crate::engine::pair::resolve(&settings.target, &settings.drafter)?;
-    save(&app, &settings)?;
-    let old = app.state::<SettingsHandle>().replace(settings.clone());
-    if old.launch_at_login != settings.launch_at_login {
-        apply_login_item(&app, settings.launch_at_login)?;
-    }
-    if old.idle_unload_minutes != settings.idle_unload_minutes {
-        crate::engine::apply_idle_unload(&app);
-    }
-    if old.tray_speed && !settings.tray_speed {
-        crate::shell::tray::show_idle(&app);
-    }
-    if (old.target.as_str(), old.drafter.as_str())
-        != (settings.target.as_str(), settings.drafter.as_str())
-    {
-        crate::chat::stop_all(&app);
-        crate::server::stop(&app).await;
-        crate::engine::load_in_background(&app, pair, crate::server::apply_later);
-    } else {
-        crate::server::apply(&app).await?;
-    }
-    Ok(settings)
-}
-
 /// Launch at login (opt-in): a login item through the autostart plugin.
-fn apply_login_item(app: &AppHandle, enabled: bool) -> Result<(), String> {
+pub(crate) fn apply_login_item(app: &AppHandle, enabled: bool) -> Result<(), String> {
     use tauri_plugin_autostart::ManagerExt;
     let launcher = app.autolaunch();
     let result = if enabled {

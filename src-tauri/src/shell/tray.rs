@@ -7,7 +7,6 @@
 
 use super::glance::{self, Glance};
 use super::window::{self, View};
-use crate::server::ServerStatus;
 use flashbar_engine::{Mode, RoundStats};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -33,9 +32,11 @@ impl Default for GlanceState {
 
 const TOOLTIP: &str = "Flashbar";
 
-/// Installs the tray; returns whether it exists.
-pub fn install(app: &AppHandle) -> bool {
-    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| build(app)));
+/// Installs the tray; returns whether it exists. `toggle_server` runs when
+/// the "Local server" item is clicked.
+pub fn install(app: &AppHandle, toggle_server: fn(&AppHandle)) -> bool {
+    let built =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| build(app, toggle_server)));
     let reason = match built {
         Ok(Ok(())) => return true,
         Ok(Err(error)) => error.to_string(),
@@ -46,18 +47,11 @@ pub fn install(app: &AppHandle) -> bool {
     false
 }
 
-fn build(app: &AppHandle) -> tauri::Result<()> {
+fn build(app: &AppHandle, toggle_server: fn(&AppHandle)) -> tauri::Result<()> {
     let chat = MenuItem::with_id(app, "chat", "Open chat", true, None::<&str>)?;
     let models = MenuItem::with_id(app, "models", "Models", true, None::<&str>)?;
     let metrics = MenuItem::with_id(app, "metrics", "Metrics", true, None::<&str>)?;
-    let server = CheckMenuItem::with_id(
-        app,
-        "server",
-        label(&ServerStatus::default()),
-        true,
-        false,
-        None::<&str>,
-    )?;
+    let server = CheckMenuItem::with_id(app, "server", label(None), true, false, None::<&str>)?;
     let logs = MenuItem::with_id(app, "logs", "Open logs folder", true, None::<&str>)?;
     let quit = MenuItem::with_id(app, "quit", "Quit Flashbar", true, None::<&str>)?;
     let separator = PredefinedMenuItem::separator(app)?;
@@ -71,18 +65,11 @@ fn build(app: &AppHandle) -> tauri::Result<()> {
         .tooltip(TOOLTIP)
         .menu(&menu)
         .show_menu_on_left_click(cfg!(not(target_os = "macos")))
-        .on_menu_event(|app, event| match event.id().as_ref() {
+        .on_menu_event(move |app, event| match event.id().as_ref() {
             "chat" => window::show(app, Some(View::Chat)),
             "models" => window::show(app, Some(View::Models)),
             "metrics" => window::show(app, Some(View::Metrics)),
-            "server" => {
-                let app = app.clone();
-                tauri::async_runtime::spawn(async move {
-                    if let Err(error) = crate::server::toggle(&app).await {
-                        tracing::error!("local server: {error}");
-                    }
-                });
-            }
+            "server" => toggle_server(app),
             "logs" => {
                 if let Err(error) = crate::logs::open(app) {
                     tracing::warn!("{error}");
@@ -127,8 +114,8 @@ fn icon(app: &AppHandle) -> Option<Image<'_>> {
     app.default_window_icon().cloned()
 }
 
-fn label(status: &ServerStatus) -> String {
-    match &status.address {
+fn label(address: Option<&str>) -> String {
+    match address {
         Some(address) => format!("Local server: on — {address}"),
         None => "Local server: off".to_owned(),
     }
@@ -188,10 +175,10 @@ fn show_speed(app: &AppHandle, text: Option<&str>) {
 }
 
 /// Shows the server's state in the menu (no-op without a tray).
-pub fn show_server(app: &AppHandle, status: &ServerStatus) {
+pub fn show_server(app: &AppHandle, running: bool, address: Option<&str>) {
     if let Some(item) = app.try_state::<ServerItem>() {
-        let _ = item.0.set_text(label(status));
-        let _ = item.0.set_checked(status.running);
+        let _ = item.0.set_text(label(address));
+        let _ = item.0.set_checked(running);
     }
 }
 
