@@ -3,7 +3,6 @@
 //! Every failure ends as one line on stderr and a non-zero exit status.
 
 mod bench;
-mod catalogue_ids;
 mod doctor;
 mod generate;
 mod logging;

@@ -56,11 +56,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     }
     let (target, drafter) = resolve_pair(args.model.as_deref(), args.drafter.as_deref())?;
-    let model_id = std::fs::canonicalize(&target)
-        .unwrap_or_else(|_| target.clone())
-        .file_name()
-        .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "default".into());
+    let model_id = flashbar_hub::resolve::model_id(&target);
     // On this (still single) thread first, then on the engine's thread.
     flashbar_mlx::device::activate()?;
     let worker = Worker::spawn(args.queue, move || -> anyhow::Result<Engine> {

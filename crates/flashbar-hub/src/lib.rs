@@ -38,6 +38,7 @@ pub mod memory;
 pub mod progress;
 mod pull;
 mod remote;
+pub mod resolve;
 mod retry;
 pub mod store;
 
@@ -47,6 +48,7 @@ pub use error::HubError;
 pub use progress::{PullEvent, PullProgress};
 pub use pull::{plan, pull, PullPlan, PullRequest, PulledRepo};
 pub use remote::RemoteFile;
+pub use resolve::{Pair, Resolver};
 pub use store::{LocalRepo, LocalSnapshot, Store};
 
 /// Cancels a pull from any thread; a cancelled pull keeps its partial files,

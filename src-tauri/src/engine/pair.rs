@@ -3,18 +3,15 @@
 //! so the app works offline on first launch. An installed app carries that
 //! pair among its bundle resources (docs/bundle.md) and finds it there.
 
+use flashbar_hub::{Catalogue, Resolver, Store};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// Overrides where the default pair's target is looked for (as the CLI).
 pub const DEFAULT_MODEL_ENV: &str = "FLASHBAR_DEFAULT_MODEL";
 
-/// A target folder and, optionally, its drafter folder.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Pair {
-    pub target: PathBuf,
-    pub drafter: Option<PathBuf>,
-}
+pub use flashbar_hub::resolve::model_id;
+pub use flashbar_hub::Pair;
 
 /// Where a bundle carries the default pair's target, below the app's
 /// resource folder (`bundle.resources` in tauri.conf.json).
@@ -59,52 +56,17 @@ fn default_target(overridden: Option<PathBuf>, resources: Option<&Path>) -> Path
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default/target"))
 }
 
-/// The chosen pair (empty strings mean "not chosen"), else the default.
+/// The chosen pair through the hub's resolver (empty strings mean "not
+/// chosen": the default pair; a catalogue id works as in the CLI).
 pub fn resolve(target: &str, drafter: &str) -> Result<Pair, String> {
-    if target.trim().is_empty() {
-        return Ok(default_pair());
-    }
-    let target = PathBuf::from(target);
-    if !target.is_dir() {
-        return Err(format!(
-            "model not found: {} is not a folder",
-            target.display()
-        ));
-    }
-    let drafter = match drafter.trim() {
-        "" => None,
-        dir => {
-            let dir = PathBuf::from(dir);
-            if !dir.is_dir() {
-                return Err(format!(
-                    "drafter not found: {} is not a folder",
-                    dir.display()
-                ));
-            }
-            Some(dir)
-        }
+    let embedded = default_pair().target;
+    let resolver = Resolver {
+        catalogue: &Catalogue::builtin(),
+        store: &Store::from_env(),
+        embedded_target: &embedded,
     };
-    Ok(Pair { target, drafter })
-}
-
-/// A short name for the model (its folder's name; for a snapshot in the
-/// HF cache, `models--owner--name/snapshots/<commit>`, the repo's
-/// `owner/name`), used as the server's model id.
-pub fn model_id(target: &Path) -> String {
-    let dir = std::fs::canonicalize(target).unwrap_or_else(|_| target.to_owned());
-    fn name(p: Option<&Path>) -> Option<std::borrow::Cow<'_, str>> {
-        p.and_then(Path::file_name).map(|n| n.to_string_lossy())
-    }
-    if name(dir.parent()).as_deref() == Some("snapshots") {
-        if let Some(repo) = name(dir.parent().and_then(Path::parent)) {
-            if let Some(repo) = repo.strip_prefix("models--") {
-                return repo.replacen("--", "/", 1);
-            }
-        }
-    }
-    name(Some(&dir))
-        .map(|n| n.into_owned())
-        .unwrap_or_else(|| "default".into())
+    let given = |s: &str| Some(PathBuf::from(s.trim()));
+    resolver.pair(given(target).as_deref(), given(drafter).as_deref())
 }
 
 #[cfg(test)]
@@ -168,13 +130,6 @@ mod tests {
             );
         }
         assert!(pair.drafter.is_some(), "the source tree's drafter is found");
-    }
-
-    #[test]
-    fn a_hub_snapshot_is_named_after_its_repo() {
-        let snapshot = Path::new("/nowhere/hub/models--me--tiny-model/snapshots/0123abc");
-        assert_eq!(model_id(snapshot), "me/tiny-model");
-        assert_eq!(model_id(Path::new("/nowhere/my-model")), "my-model");
     }
 
     #[test]
