@@ -129,7 +129,7 @@ impl Catalogue {
                     )));
                 }
                 if let Some(repo) = &spec.repo {
-                    crate::pull::validate_repo_id(repo)?;
+                    crate::store::validate_repo_id(repo)?;
                 }
                 if spec.files.is_empty() {
                     return Err(HubError::Invalid(format!("{}: no files", spec.id)));

@@ -2,8 +2,8 @@
 //! hard to try: read from the environment the way the Python hub client
 //! reads it (`HF_ENDPOINT`, `HF_TOKEN`, `HF_HOME`, `HF_HUB_CACHE`).
 
-use crate::store::Store;
-use std::path::PathBuf;
+use crate::store::{env_nonempty, hf_home, Store};
+
 use std::time::Duration;
 
 /// The official hub; any other endpoint is a mirror.
@@ -99,32 +99,6 @@ impl HubConfig {
         } else {
             None
         }
-    }
-}
-
-fn env_nonempty(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
-/// `HF_HOME`, else `~/.cache/huggingface`.
-pub(crate) fn hf_home() -> PathBuf {
-    match env_nonempty("HF_HOME") {
-        Some(home) => PathBuf::from(home),
-        None => home_dir().join(".cache").join("huggingface"),
-    }
-}
-
-fn home_dir() -> PathBuf {
-    std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."))
-}
-
-/// `HF_HUB_CACHE`, else `$HF_HOME/hub`.
-pub(crate) fn default_store_root() -> PathBuf {
-    match env_nonempty("HF_HUB_CACHE") {
-        Some(dir) => PathBuf::from(dir),
-        None => hf_home().join("hub"),
     }
 }
 

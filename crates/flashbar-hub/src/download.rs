@@ -9,14 +9,16 @@
 //! renamed to its blob name.
 
 use crate::error::{from_reqwest, HubError};
+use crate::files::RemoteFile;
 use crate::progress::{PullEvent, Tracker};
-use crate::remote::{is_transient_status, RemoteFile};
+use crate::remote::is_transient_status;
+use crate::store::partial_path;
 use crate::CancelToken;
 use futures_util::StreamExt;
 use reqwest::header::{CONTENT_RANGE, RANGE};
 use reqwest::{Client, StatusCode};
 use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -28,13 +30,6 @@ pub(crate) struct Fetch<'a> {
     pub blob: &'a Path,
     pub cancel: &'a CancelToken,
     pub stall_timeout: Duration,
-}
-
-/// The partial file beside a blob (the Python client's name for it).
-pub(crate) fn partial_path(blob: &Path) -> PathBuf {
-    let mut name = blob.as_os_str().to_owned();
-    name.push(".incomplete");
-    PathBuf::from(name)
 }
 
 impl Fetch<'_> {
@@ -246,11 +241,5 @@ mod tests {
         assert_eq!(range_start("bytes 100-199/200"), Some(100));
         assert_eq!(range_start("bytes */200"), None);
         assert_eq!(range_start("items 1-2/3"), None);
-    }
-
-    #[test]
-    fn partial_sits_beside_the_blob() {
-        let p = partial_path(Path::new("/s/blobs/abc"));
-        assert_eq!(p, Path::new("/s/blobs/abc.incomplete"));
     }
 }

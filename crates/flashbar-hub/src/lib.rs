@@ -33,6 +33,7 @@ pub mod disk;
 pub mod doctor;
 mod download;
 pub mod error;
+pub mod files;
 mod lock;
 pub mod memory;
 pub mod progress;
@@ -45,9 +46,9 @@ pub mod store;
 pub use catalogue::{Catalogue, CatalogueEntry, RepoSpec};
 pub use config::HubConfig;
 pub use error::HubError;
+pub use files::RemoteFile;
 pub use progress::{PullEvent, PullProgress};
 pub use pull::{plan, pull, PullPlan, PullRequest, PulledRepo};
-pub use remote::RemoteFile;
 pub use resolve::{Pair, Resolver};
 pub use store::{LocalRepo, LocalSnapshot, Store};
 

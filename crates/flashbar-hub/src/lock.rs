@@ -3,19 +3,11 @@
 //! client locks (with the same kind of lock), so we also exclude it.
 
 use crate::error::HubError;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Held while a blob is written; released when dropped (the fd closes).
 pub(crate) struct BlobLock {
     _file: std::fs::File,
-}
-
-/// Where the lock of a blob lives.
-pub(crate) fn lock_path(store_root: &Path, repo_folder: &str, etag: &str) -> PathBuf {
-    store_root
-        .join(".locks")
-        .join(repo_folder)
-        .join(format!("{etag}.lock"))
 }
 
 /// Takes the lock, or says that another download holds it.
@@ -67,7 +59,7 @@ mod tests {
     #[test]
     fn a_second_holder_is_refused_until_the_first_lets_go() {
         let dir = tempfile::tempdir().unwrap();
-        let path = lock_path(dir.path(), "models--a--b", "abc");
+        let path = crate::store::lock_path(dir.path(), "models--a--b", "abc");
         let first = try_lock(&path, "f").unwrap();
         match try_lock(&path, "f") {
             Err(HubError::Busy { file, .. }) => assert_eq!(file, "f"),

@@ -5,30 +5,12 @@
 
 use crate::config::HubConfig;
 use crate::error::{from_reqwest, HubError};
+use crate::files::{RemoteFile, RemoteRepo};
 use hf_hub::api::tokio::{Api, ApiBuilder, ApiRepo};
 use hf_hub::{Cache, Repo, RepoType};
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_LENGTH, ETAG, USER_AGENT};
 use reqwest::{redirect, Client, StatusCode};
-use serde::{Deserialize, Serialize};
-
-/// A file of a repo revision as the hub describes it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RemoteFile {
-    /// Path inside the repo.
-    pub path: String,
-    pub size: u64,
-    /// Present for LFS files (all weights); checked after download.
-    pub sha256: Option<String>,
-    /// The blob's name in the cache: the sha256 for LFS files, else the git blob id.
-    pub etag: String,
-}
-
-/// A repo revision pinned to its commit.
-#[derive(Clone, Debug)]
-pub(crate) struct RemoteRepo {
-    pub commit: String,
-    pub files: Vec<RemoteFile>,
-}
+use serde::Deserialize;
 
 /// The HTTP side of one pull: hf-hub's API handle (endpoint, auth, user
 /// agent, URL scheme) and a client for metadata probes.

@@ -1,12 +1,14 @@
 //! The local store: the standard Hugging Face cache layout
 //! (`models--owner--name/{blobs,snapshots/<commit>,refs/<revision>}`), so a
 //! model fetched by `huggingface-cli`, mlx-lm or any other HF client is found,
-//! and ours are found by them. List, disk usage, delete.
+//! and ours are found by them. List, disk usage, delete. This file owns the
+//! whole layout (where the store is, which repo ids name a folder, blobs,
+//! snapshots, refs, a blob's partial file and its lock) and is the crate's
+//! bottom layer: it imports only the error type and the listing's plain
+//! data (`files.rs`).
 
-use crate::download::partial_path;
 use crate::error::HubError;
-use crate::pull::validate_repo_id;
-use crate::remote::RemoteFile;
+use crate::files::RemoteFile;
 use hf_hub::{Cache, Repo, RepoType};
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -49,7 +51,7 @@ impl Store {
 
     /// `HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`.
     pub fn from_env() -> Self {
-        Store::new(crate::config::default_store_root())
+        Store::new(default_store_root())
     }
 
     pub fn root(&self) -> &Path {
@@ -186,7 +188,7 @@ impl RepoLayout {
     pub fn lock_path(&self, etag: &str) -> PathBuf {
         let store_root = self.root.parent().unwrap_or(Path::new("."));
         let folder = self.root.file_name().unwrap_or_default().to_string_lossy();
-        crate::lock::lock_path(store_root, &folder, etag)
+        lock_path(store_root, &folder, etag)
     }
 
     fn cache_repo(&self, revision: &str) -> hf_hub::CacheRepo {
@@ -353,9 +355,85 @@ fn read_refs(refs: &Path) -> Vec<(String, String)> {
     found
 }
 
+// The layout's names and places, in one file: where the store is
+// (`HF_HUB_CACHE`, else `$HF_HOME/hub`), which repo ids name a folder,
+// a blob's partial file and its lock.
+
+pub(crate) fn env_nonempty(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// `HF_HOME`, else `~/.cache/huggingface`.
+pub(crate) fn hf_home() -> PathBuf {
+    match env_nonempty("HF_HOME") {
+        Some(home) => PathBuf::from(home),
+        None => home_dir().join(".cache").join("huggingface"),
+    }
+}
+
+fn home_dir() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// `HF_HUB_CACHE`, else `$HF_HOME/hub`.
+pub(crate) fn default_store_root() -> PathBuf {
+    match env_nonempty("HF_HUB_CACHE") {
+        Some(dir) => PathBuf::from(dir),
+        None => hf_home().join("hub"),
+    }
+}
+
+/// `owner/name` with the characters the hub allows.
+pub(crate) fn validate_repo_id(repo: &str) -> Result<(), HubError> {
+    let ok_part = |p: &str| {
+        !p.is_empty()
+            && p != "."
+            && p != ".."
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    match repo.split_once('/') {
+        Some((owner, name)) if ok_part(owner) && ok_part(name) => Ok(()),
+        _ => Err(HubError::Invalid(format!(
+            "{repo:?} is not a hub repo id (expected owner/name)"
+        ))),
+    }
+}
+
+/// The partial file beside a blob (the Python client's name for it).
+pub(crate) fn partial_path(blob: &Path) -> PathBuf {
+    let mut name = blob.as_os_str().to_owned();
+    name.push(".incomplete");
+    PathBuf::from(name)
+}
+
+/// Where the lock of a blob lives.
+pub(crate) fn lock_path(store_root: &Path, repo_folder: &str, etag: &str) -> PathBuf {
+    store_root
+        .join(".locks")
+        .join(repo_folder)
+        .join(format!("{etag}.lock"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partial_sits_beside_the_blob() {
+        let p = partial_path(Path::new("/s/blobs/abc"));
+        assert_eq!(p, Path::new("/s/blobs/abc.incomplete"));
+    }
+
+    #[test]
+    fn repo_ids() {
+        assert!(validate_repo_id("mlx-community/Qwen3.5-9B-4bit").is_ok());
+        for bad in ["", "noslash", "a/b/c", "../x", "a/..", "a b/c"] {
+            assert!(validate_repo_id(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn folder_names_round_trip() {
