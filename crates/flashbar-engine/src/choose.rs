@@ -4,7 +4,7 @@
 //! draws with the position's key, so every path that computes the same
 //! logits for a position picks the same token.
 
-use crate::error::Result;
+use crate::error::{mlx_error, Result};
 use crate::sampling::SamplingParams;
 use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
 use mlx_rs::{Array, Dtype};
@@ -18,9 +18,7 @@ pub(crate) enum Pending {
 impl Pending {
     pub fn resolve(&self) -> Result<u32> {
         match self {
-            Pending::Device(token) => token
-                .try_item_exact::<u32>()
-                .map_err(crate::engine::mlx_error),
+            Pending::Device(token) => token.try_item_exact::<u32>().map_err(mlx_error),
             Pending::Host(id) => Ok(*id),
         }
     }
@@ -36,9 +34,7 @@ pub(crate) fn choose(logits: &Array, sampling: &SamplingParams, position: u64) -
     }
     let host = logits.as_dtype(Dtype::Float32)?;
     host.eval()?;
-    let values = host
-        .try_as_slice::<f32>()
-        .map_err(crate::engine::mlx_error)?;
+    let values = host.try_as_slice::<f32>().map_err(mlx_error)?;
     Ok(Pending::Host(sampling.sample(values, position)))
 }
 
@@ -56,9 +52,7 @@ pub(crate) fn choose_all(
     let rows = logits.shape()[1];
     let host = logits.index(0).as_dtype(Dtype::Float32)?;
     host.eval()?;
-    let values = host
-        .try_as_slice::<f32>()
-        .map_err(crate::engine::mlx_error)?;
+    let values = host.try_as_slice::<f32>().map_err(mlx_error)?;
     let vocab = values.len() / rows as usize;
     Ok(values
         .chunks(vocab)
@@ -70,8 +64,5 @@ pub(crate) fn choose_all(
 pub(crate) fn host_u32(array: &Array) -> Result<Vec<u32>> {
     let array = array.as_dtype(Dtype::Uint32)?.flatten(None, None)?;
     array.eval()?;
-    Ok(array
-        .try_as_slice::<u32>()
-        .map_err(crate::engine::mlx_error)?
-        .to_vec())
+    Ok(array.try_as_slice::<u32>().map_err(mlx_error)?.to_vec())
 }

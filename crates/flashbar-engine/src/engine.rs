@@ -2,7 +2,7 @@
 
 use crate::chat_template;
 use crate::decoding::{Control, Decoding};
-use crate::error::{EngineError, Result};
+use crate::error::{mlx_error, EngineError, Result};
 use crate::policy::gate::{Gate, GateConfig};
 use crate::policy::thermal::{system_source, ThermalSource};
 use crate::proposer::{DflashProposer, Proposer};
@@ -207,10 +207,6 @@ impl Engine {
         let max_tokens = request.max_tokens.min(context - prompt.len());
         Ok((prompt, max_tokens))
     }
-}
-
-pub(crate) fn mlx_error(error: impl std::fmt::Display) -> EngineError {
-    EngineError::Mlx(mlx_rs::error::Exception::custom(error.to_string()))
 }
 
 /// A generation's summary in the log: counts and speeds, never its text.

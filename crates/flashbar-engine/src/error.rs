@@ -49,4 +49,10 @@ impl EngineError {
     }
 }
 
+/// Any failure reported by MLX outside an `Exception` (a synchronize, a
+/// host read) as the engine's error.
+pub(crate) fn mlx_error(error: impl std::fmt::Display) -> EngineError {
+    EngineError::Mlx(mlx_rs::error::Exception::custom(error.to_string()))
+}
+
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

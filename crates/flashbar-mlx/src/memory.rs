@@ -4,7 +4,7 @@
 //! free memory on CUDA when MLX reports it, else the memory Linux says is
 //! available (the physical memory on macOS). `FLASHBAR_MEMORY_BUDGET` (bytes, or with a K/M/G suffix)
 //! overrides it, for tests and for users who want to leave room to others.
-//! [`crate::memory_guard`] refuses what does not fit and sets MLX's limit.
+//! `memory_guard` refuses what does not fit and sets MLX's limit.
 
 use crate::device::{self, Backend};
 use serde::Serialize;

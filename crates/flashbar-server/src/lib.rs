@@ -32,7 +32,8 @@ mod request_log_tests;
 
 pub use error::ApiError;
 pub use limits::Limits;
-pub use server::{ObserveRequests, Server, ServerError, ServerOptions};
+pub use routes::ObserveRequests;
+pub use server::{Server, ServerError, ServerOptions};
 
 /// The default port: unused by other local-LLM apps (LM Studio 1234,
 /// Ollama 11434, Jan 1337, oMLX 8000).

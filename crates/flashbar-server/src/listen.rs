@@ -65,3 +65,9 @@ pub async fn serve(
     drop(listener);
     graceful.shutdown().await;
 }
+
+/// Resolves once the server cuts running answers (at shutdown): the
+/// routes and the event streams both wait on it.
+pub async fn cut(mut signal: tokio::sync::watch::Receiver<bool>) {
+    let _ = signal.wait_for(|cut| *cut).await;
+}

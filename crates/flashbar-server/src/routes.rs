@@ -8,7 +8,6 @@ use crate::convert::{self, ModelNames, Parsed};
 use crate::error::ApiError;
 use crate::limits::Limits;
 use crate::request_log::{self, LineSink, Record};
-use crate::server::ObserveRequests;
 use crate::{body, memory, sse};
 use axum::body::Body;
 use axum::extract::{Extension, Path, State};
@@ -16,13 +15,23 @@ use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use flashbar_engine::worker::{CancelOnDrop, Event, Worker};
+use flashbar_engine::worker::{CancelOnDrop, Event, Observer, Worker};
 use flashbar_engine::CancelToken;
 use serde_json::{json, Value};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
+
+/// Makes an [`Observer`] for each request's generation.
+#[derive(Clone)]
+pub struct ObserveRequests(pub Arc<dyn Fn() -> Observer + Send + Sync>);
+
+impl std::fmt::Debug for ObserveRequests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ObserveRequests")
+    }
+}
 
 /// What every handler sees.
 pub struct AppState {
@@ -71,11 +80,6 @@ impl AppState {
         };
         (Arc::new(state), cut_tx)
     }
-}
-
-/// Resolves once the server cuts running answers.
-pub async fn cut(mut signal: watch::Receiver<bool>) {
-    let _ = signal.wait_for(|cut| *cut).await;
 }
 
 pub fn now() -> u64 {
@@ -224,7 +228,7 @@ async fn start_answer(
     let stopping = || ApiError::unavailable("the server is shutting down");
     let first = tokio::select! {
         event = events.recv() => event,
-        () = cut(state.cut.clone()) => return Err(stopping()),
+        () = crate::listen::cut(state.cut.clone()) => return Err(stopping()),
     };
     match first {
         Some(Event::Started { .. }) => {}
@@ -255,7 +259,7 @@ async fn start_answer(
     loop {
         let event = tokio::select! {
             event = events.recv() => event,
-            () = cut(state.cut.clone()) => return Err(stopping()),
+            () = crate::listen::cut(state.cut.clone()) => return Err(stopping()),
         };
         let Some(event) = event else { break };
         match event {

@@ -5,9 +5,9 @@
 //! period, then are cut, which cancels their generations).
 
 use crate::limits::Limits;
-use crate::routes::{self, AppState};
+use crate::routes::{self, AppState, ObserveRequests};
 use crate::{cors, listen, DEFAULT_PORT};
-use flashbar_engine::worker::{Observer, Worker};
+use flashbar_engine::worker::Worker;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,16 +32,6 @@ pub struct ServerOptions {
     pub observe: Option<ObserveRequests>,
     /// Gets every request's log line as well as the log (the app's Server panel).
     pub request_log: Option<crate::request_log::LineSink>,
-}
-
-/// Makes an [`Observer`] for each request's generation.
-#[derive(Clone)]
-pub struct ObserveRequests(pub Arc<dyn Fn() -> Observer + Send + Sync>);
-
-impl std::fmt::Debug for ObserveRequests {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ObserveRequests")
-    }
 }
 
 impl Default for ServerOptions {
@@ -249,7 +239,7 @@ mod tests {
         let options = ServerOptions {
             addr: "127.0.0.1:0".parse().unwrap(),
             observe: Some(ObserveRequests(Arc::new(move || {
-                Box::new(Count(counter.clone())) as Observer
+                Box::new(Count(counter.clone())) as flashbar_engine::Observer
             }))),
             ..ServerOptions::default()
         };

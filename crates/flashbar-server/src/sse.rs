@@ -67,7 +67,7 @@ pub fn respond(
             let event = tokio::select! {
                 event = state.events.recv() => event,
                 // Shutdown cut this answer: end it (the guard cancels).
-                () = crate::routes::cut(state.cut.clone()) => return None,
+                () = crate::listen::cut(state.cut.clone()) => return None,
             };
             match event {
                 Some(Event::Started { .. }) => {}

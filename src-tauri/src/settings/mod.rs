@@ -3,7 +3,7 @@
 //! key), the default target + drafter, the speculation mode, idle unload,
 //! launch at login and the tray's live speed.
 //! What saving them changes (the server, the pair, login items) is the
-//! controller's (`crate::controller`).
+//! controller's (`src-tauri/src/controller`).
 
 use flashbar_engine::Speculation;
 use serde::{Deserialize, Serialize};

@@ -16,8 +16,6 @@ use crate::device::Backend;
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype};
 
-pub(crate) mod checks;
-
 static QMM: Body = Body::new("qmm", include_str!("../../../../kernels/cuda/qmm.cu"));
 static ATTN: Body = Body::new(
     "attn_rows",

@@ -5,6 +5,8 @@
 //! host, or through a different MLX path), and keeps its raw output so that
 //! the same check on two devices (CPU vs CUDA) can be compared as well.
 
+mod row_invariant_checks;
+
 use crate::device::Backend;
 use crate::{gdn_kernels, row_invariant};
 use half::{bf16, f16};
@@ -51,8 +53,8 @@ pub fn run_all(backend: Backend, scratch: &Path) -> Result<Vec<CheckResult>, Exc
             checks.push(gdn_kernel_vs_ops()?);
         }
         if row_invariant::available(backend) {
-            checks.extend(row_invariant::checks::qmm()?);
-            checks.extend(row_invariant::checks::attention()?);
+            checks.extend(row_invariant_checks::qmm()?);
+            checks.extend(row_invariant_checks::attention()?);
         }
         Ok(checks)
     })

@@ -2,8 +2,8 @@
 //! an M-row call against 1-row calls, bit for bit, and the kernels against
 //! MLX's own quantized matmul and attention within rounding.
 
-use super::{causal_attention, full_attention, quantized_matmul};
-use crate::smoke::{seeded_values, CheckResult};
+use super::{seeded_values, CheckResult};
+use crate::row_invariant::{causal_attention, full_attention, quantized_matmul};
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
@@ -78,7 +78,7 @@ pub(crate) fn qmm() -> Result<[CheckResult; 2], Exception> {
             }
             let reference = mlx_quantized_matmul(&x, &wq, &scales, &biases, true, group, bits)?;
             versus_mlx = versus_mlx.max(largest_relative(&singles, &reference)?);
-            output.extend(crate::smoke::host_f32(&singles.index(..2))?);
+            output.extend(super::host_f32(&singles.index(..2))?);
         }
     }
     Ok([
