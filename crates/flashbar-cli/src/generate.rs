@@ -74,7 +74,6 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         bail!("--block-size must be at least 1");
     }
     let (target, drafter) = resolve_pair(args.model.as_deref(), args.drafter.as_deref())?;
-    flashbar_mlx::device::activate()?;
     let engine = Engine::load(&target, drafter.as_deref())?;
     let prompt = if args.chat {
         Prompt::Messages(vec![Message {

@@ -57,10 +57,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let (target, drafter) = resolve_pair(args.model.as_deref(), args.drafter.as_deref())?;
     let model_id = flashbar_hub::resolve::model_id(&target);
-    // On this (still single) thread first, then on the engine's thread.
+    // On this (still single) thread first: it may set MLX_ENABLE_TF32,
+    // which must happen before other threads exist; Engine::load then
+    // activates the engine's own thread.
     flashbar_mlx::device::activate()?;
     let worker = Worker::spawn(args.queue, move || -> anyhow::Result<Engine> {
-        flashbar_mlx::device::activate()?;
         Ok(Engine::load(&target, drafter.as_deref())?)
     })?;
     let options = ServerOptions {

@@ -25,9 +25,11 @@ pub struct Engine {
 impl Engine {
     /// Loads a target checkpoint folder and optionally its DFlash drafter
     /// (both validated before allocating; a drafter that does not fit the
-    /// target is refused with the reason). A pair that does not fit in this
-    /// machine's memory budget is refused before any weight is read, and
-    /// MLX's memory limit is set to that budget.
+    /// target is refused with the reason), on this thread's device, which it
+    /// activates first (`flashbar_mlx::device::activate`: Metal, CUDA or the
+    /// CPU, or `FLASHBAR_DEVICE`). A pair that does not fit in this machine's
+    /// memory budget is refused before any weight is read, and MLX's memory
+    /// limit is set to that budget.
     pub fn load(target_dir: &Path, drafter_dir: Option<&Path>) -> Result<Self> {
         let started = std::time::Instant::now();
         let loaded = Self::load_pair(target_dir, drafter_dir);
@@ -47,6 +49,7 @@ impl Engine {
     }
 
     fn load_pair(target_dir: &Path, drafter_dir: Option<&Path>) -> Result<Self> {
+        flashbar_mlx::device::activate().map_err(|e| EngineError::Device(e.to_string()))?;
         let budget = flashbar_mlx::memory::budget();
         memory_guard::admit(target_dir, drafter_dir, &budget).map_err(EngineError::Memory)?;
         memory_guard::apply_limit(&budget).map_err(EngineError::Memory)?;

@@ -21,6 +21,9 @@ pub enum EngineError {
         param: &'static str,
         message: String,
     },
+    /// No usable compute device (`FLASHBAR_DEVICE` names one this build lacks).
+    #[error("{0}")]
+    Device(String),
     /// The pair does not fit in memory (needed vs available).
     #[error("{0}")]
     Memory(String),

@@ -153,14 +153,9 @@ pub fn load_in_background(app: &AppHandle, pair: Pair, then: fn(&AppHandle)) {
 fn load(app: AppHandle, pair: Pair, load_id: u64, then: fn(&AppHandle)) {
     let started = Instant::now();
     let ticker = spawn_ticker(app.clone(), load_id, started);
-    let mut activated = false;
     let result = Worker::spawn_unloading(QUEUE_CAPACITY, idle_unload(&app), move || {
         // A panic while loading becomes an error, never a dead app.
         catch_unwind(AssertUnwindSafe(|| -> Result<Engine, String> {
-            if !activated {
-                flashbar_mlx::device::activate().map_err(|e| e.to_string())?;
-                activated = true;
-            }
             Engine::load(&pair.target, pair.drafter.as_deref()).map_err(|e| e.to_string())
         }))
         .unwrap_or_else(|_| Err("the engine panicked while loading the model".into()))
