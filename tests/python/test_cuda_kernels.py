@@ -85,6 +85,10 @@ def variants():
         yield (f"attn_rows D={dim} DT={dt} CAUSAL={causal}", attn,
                [("q", t), ("k", t), ("v", t), ("scale", "f32")], [("out", t)],
                [("D", dim), ("GROUP", 4), ("DT", dt), ("CAUSAL", causal)])
+    conv = (KERNELS / "conv_rows.cu").read_text()
+    for dt in (0, 1, 2):
+        t = ("f32", "bf16", "f16")[dt]
+        yield (f"conv_rows DT={dt}", conv, [("x", t), ("w", t)], [("y", t)], [("K", 4), ("DT", dt)])
     gdn = [("HK", 4), ("HV", 8), ("DK", 64), ("DV", 64)]
     yield ("gdn_record", (KERNELS / "gdn_record.cu").read_text(),
            [(n, "f32") for n in ("q", "k", "v", "g", "beta", "state")],

@@ -72,6 +72,9 @@ struct SpecReport {
     end_speedup: f64,
     /// Every round of the last run: the metrics stream the app charts.
     rounds: Vec<RoundStats>,
+    /// Every round of the first run, the prompt's first answer in this
+    /// mode: beside `rounds`, where a cold cost per new shape shows.
+    first_rounds: Vec<RoundStats>,
     /// The tokens of the last run (lossless: the same as plain decoding's).
     token_ids: Vec<u32>,
 }
@@ -146,9 +149,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     for prompt in &prompts {
         let (mut runs, mut fast, mut auto) = (Vec::new(), Vec::new(), Vec::new());
         let (mut fast_log, mut auto_log) = (RoundLog::default(), RoundLog::default());
+        let (mut fast_first, mut auto_first) = (Vec::new(), Vec::new());
         let (mut plain_ids, mut fast_ids, mut auto_ids) = (Vec::new(), Vec::new(), Vec::new());
         // Interleaved, so drift (heat, other load) hits every mode alike.
-        for _ in 0..args.repeats.max(1) {
+        for repeat in 0..args.repeats.max(1) {
             let plain = run_once(prompt, args.max_tokens, Speculation::Off)?;
             runs.push(plain.stats);
             plain_ids = plain.token_ids;
@@ -158,11 +162,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 let run = run_logged(prompt, args.max_tokens, speculation, &mut fast_log)?;
                 fast.push(run.stats);
                 fast_ids = run.token_ids;
+                if repeat == 0 {
+                    fast_first = fast_log.0.clone();
+                }
                 auto_log = RoundLog::default();
                 let speculation = Speculation::Auto;
                 let run = run_logged(prompt, args.max_tokens, speculation, &mut auto_log)?;
                 auto.push(run.stats);
                 auto_ids = run.token_ids;
+                if repeat == 0 {
+                    auto_first = auto_log.0.clone();
+                }
             }
         }
         let median_of = |runs: &[flashbar_engine::Totals],
@@ -189,7 +199,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         let plain_speed = pooled(&runs);
         let last_half = |runs: &[flashbar_engine::Totals]| pooled(&runs[runs.len() / 2..]);
         let plain_end_speed = last_half(&runs);
-        let report = |runs: &[flashbar_engine::Totals], log: RoundLog, token_ids: Vec<u32>| {
+        let report = |runs: &[flashbar_engine::Totals],
+                      log: RoundLog,
+                      first_rounds: Vec<RoundStats>,
+                      token_ids: Vec<u32>| {
             (!runs.is_empty()).then(|| {
                 let speed = pooled(runs);
                 SpecReport {
@@ -198,12 +211,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                     speedup: speed / plain_speed,
                     end_speedup: last_half(runs) / plain_end_speed,
                     rounds: log.0,
+                    first_rounds,
                     token_ids,
                 }
             })
         };
-        let dflash = report(&fast, fast_log, fast_ids);
-        let auto = report(&auto, auto_log, auto_ids);
+        let dflash = report(&fast, fast_log, fast_first, fast_ids);
+        let auto = report(&auto, auto_log, auto_first, auto_ids);
         reports.push(PromptReport {
             prompt_tokens: runs[0].prompt_tokens,
             completion_tokens: runs[0].completion_tokens,

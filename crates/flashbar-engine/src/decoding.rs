@@ -38,6 +38,13 @@ pub(crate) struct Decoding<'a, 'p> {
     pub thermal: &'a mut dyn ThermalSource,
     /// A fixed block size (the request's), else adaptive.
     pub block_size: Option<usize>,
+    /// Draft and verify whole blocks even when fewer tokens are left to
+    /// generate, committing only those: on a GPU a verify of 16 tokens costs
+    /// what one of 3 does, but each new width costs a plan or a kernel build
+    /// the first time (docs/gpu.md, "One verify width"). Lossless because
+    /// the verify is causal and row-invariant: its first positions do not
+    /// depend on the ones after them.
+    pub whole_blocks: bool,
 }
 
 /// One generation's state between rounds.
@@ -304,7 +311,12 @@ impl Decoding<'_, '_> {
         let block = block.clamp(1, proposer.max_block_size());
         let round_start = Instant::now();
         // 1. Draft from [last, mask...] with the context not seen yet.
-        let drafts_wanted = block.min(run.max_tokens - run.generated) - 1;
+        let left = run.max_tokens - run.generated;
+        let drafts_wanted = if self.whole_blocks {
+            block
+        } else {
+            block.min(left)
+        } - 1;
         let drafts = if drafts_wanted > 0 && !run.context.is_empty() {
             let context = concatenate(&run.context, 1)?;
             run.context.clear();
@@ -325,10 +337,13 @@ impl Decoding<'_, '_> {
         };
         let verified = model.verify(&input, &mut run.cache, &taps)?;
         let chosen = choose_all(&verified.logits, sampling, run.prompt_len + run.generated)?;
-        let drafted = match &drafts {
+        let mut drafted = match &drafts {
             Some(d) => host_u32(d)?,
             None => Vec::new(),
         };
+        // Drafts past the budget (whole_blocks) are never committed: the
+        // round counts only those that could be.
+        drafted.truncate(left - 1);
         let verify_ms = ms_since(clock);
 
         // 3. The longest agreeing prefix, plus the target's own next token;

@@ -12,6 +12,7 @@ use crate::tokenizer::TextTokenizer;
 use flashbar_mlx::memory_guard;
 use flashbar_models::{Drafter, Model};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 pub struct Engine {
@@ -20,6 +21,10 @@ pub struct Engine {
     tokenizer: TextTokenizer,
     gate: Mutex<Gate>,
     thermal: Mutex<Box<dyn ThermalSource>>,
+    /// DFlash rounds draft and verify whole blocks near the end of an
+    /// answer too (`decoding::Decoding::whole_blocks`): on where decode and
+    /// verify run on the row-invariant GPU kernels.
+    whole_blocks: AtomicBool,
 }
 
 impl Engine {
@@ -72,6 +77,7 @@ impl Engine {
             tokenizer,
             gate: Mutex::new(Gate::new(GateConfig::default())),
             thermal: Mutex::new(system_source()),
+            whole_blocks: AtomicBool::new(flashbar_models::nn::linear::row_kernels()),
         })
     }
 
@@ -149,6 +155,7 @@ impl Engine {
             control,
             thermal: thermal.as_mut(),
             block_size: request.block_size,
+            whole_blocks: self.whole_blocks.load(Ordering::Relaxed),
         }
         .generate(&prompt, max_tokens, request, sink);
         // A step queued ahead and then dropped (a stop or a cancel) still
@@ -160,6 +167,16 @@ impl Engine {
             sink.finish(generation);
         }
         generation
+    }
+
+    /// Whether DFlash rounds keep one width (the block size) to the end of
+    /// an answer, committing only the tokens the budget allows, rather than
+    /// cutting the last block to what is left. On by default on the GPU,
+    /// where a new width costs a one-time build (docs/gpu.md, "One verify
+    /// width") and a wide verify costs what a narrow one does; off on the
+    /// CPU, where each verified token costs time. Lossless either way.
+    pub fn set_whole_blocks(&self, on: bool) {
+        self.whole_blocks.store(on, Ordering::Relaxed);
     }
 
     /// Replaces where the thermal state is read from (tests script it).

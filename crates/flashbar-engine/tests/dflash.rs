@@ -310,6 +310,62 @@ fn max_tokens_and_stop_sequences_inside_a_block_truncate_before_commit() {
     assert_eq!(rec.text, plain_stop.text);
 }
 
+/// Whole blocks to the end of an answer (the GPU's default,
+/// `Engine::set_whole_blocks`): the last rounds draft and verify a full
+/// block and commit only what max_tokens allows, with the same tokens as
+/// plain decoding, and count only the drafts that could be committed.
+#[test]
+fn whole_blocks_near_the_end_commit_only_what_the_budget_allows() {
+    let engine = pair("dense-mlx-4bit", "drafter-dense-f32");
+    engine.set_whole_blocks(true);
+    let mut long = request("def fib(n):", Speculation::Off, 0.0);
+    long.max_tokens = 40;
+    let (plain, _) = run(&engine, &long);
+    let mut asked = Vec::new();
+    for max_tokens in [1, 2, 10, 17, 20] {
+        let mut r = long.clone();
+        r.max_tokens = max_tokens;
+        let mut oracle = Oracle {
+            taps: vec![0, 3],
+            expected: plain.token_ids.clone(),
+            wrong_at: None,
+            block: 16,
+        };
+        let (fast, rec) = with_oracle(&engine, &r, &mut oracle);
+        assert_eq!(fast.token_ids, plain.token_ids[..max_tokens]);
+        assert_eq!(fast.finish_reason, FinishReason::Length);
+        // Right drafts: each round commits all it counts; none are rejected.
+        let rounds = dflash_rounds(&rec);
+        let mut generated = 1; // the prefill's token
+        for round in &rounds {
+            assert!(round.block_size <= max_tokens - generated + 1, "{round:?}");
+            assert_eq!(round.committed, round.block_size);
+            generated += round.committed;
+        }
+        assert_eq!(generated, max_tokens.max(1));
+        assert_eq!(fast.stats.rejected_tokens, 0);
+        assert_eq!(fast.stats.accepted_tokens, max_tokens - 1 - rounds.len());
+        asked.push(rounds.len());
+    }
+    // 17 tokens: the prefill's and one round of 16, the block never cut.
+    assert_eq!(asked[3], 1);
+    // The trained fixture drafter, whole blocks against plain decoding.
+    for prompt in prompts().iter().take(8) {
+        for max_tokens in [3, 16] {
+            let mut r = request(prompt, Speculation::Off, 0.0);
+            r.max_tokens = max_tokens;
+            let (plain, _) = run(&engine, &r);
+            r.speculation = Speculation::Dflash;
+            r.block_size = Some(16);
+            let (fast, _) = run(&engine, &r);
+            assert_eq!(
+                fast.token_ids, plain.token_ids,
+                "{prompt:?}, {max_tokens} tokens"
+            );
+        }
+    }
+}
+
 /// A copy of a fixture folder with `edit` applied to its config.json.
 fn edited_copy(from: &Path, to: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     std::fs::create_dir_all(to).unwrap();

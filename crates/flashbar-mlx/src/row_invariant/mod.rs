@@ -6,7 +6,13 @@
 //! takes cuDNN for a block), so a verify could pick another token than a
 //! decode step at a near tie: DFlash would stop being lossless.
 //!
-//! Bodies: `kernels/cuda/qmm.cu`, `kernels/cuda/attn_rows.cu`. Only CUDA has
+//! The gated-delta layers' depthwise convolution has a kernel here too
+//! (`conv_rows`): MLX's conv1d is row-invariant, but on CUDA it builds a
+//! cuDNN plan the first time it meets a block length, which a DFlash
+//! answer pays every time its last, shorter block is verified.
+//!
+//! Bodies: `kernels/cuda/qmm.cu`, `kernels/cuda/attn_rows.cu`,
+//! `kernels/cuda/conv_rows.cu`. Only CUDA has
 //! them; [`available`] says where. Callers use them for at most [`MAX_ROWS`]
 //! rows (decode, verify) and MLX's kernels for longer inputs (prefill,
 //! shared by plain decoding and DFlash alike).
@@ -20,6 +26,11 @@ static QMM: Body = Body::new("qmm", include_str!("../../../../kernels/cuda/qmm.c
 static ATTN: Body = Body::new(
     "attn_rows",
     include_str!("../../../../kernels/cuda/attn_rows.cu"),
+);
+
+static CONV: Body = Body::new(
+    "conv_rows",
+    include_str!("../../../../kernels/cuda/conv_rows.cu"),
 );
 
 /// The most rows (tokens) one call takes: two 16-row tiles of the tensor
@@ -198,6 +209,55 @@ fn attention(
         grid: [rows * ATTN_THREADS, 1, 1],
         group: [ATTN_THREADS, 1, 1],
         template: &template,
+    })?)
+}
+
+/// Whether [`depthwise_conv`] takes `x` `[B, L, C]` with `weight`
+/// `[C, K, 1]`: the same float type for both, at most [`MAX_ROWS`] outputs
+/// (L - K + 1).
+pub fn takes_depthwise_conv(x: &Array, weight: &Array) -> bool {
+    let (xs, ws) = (x.shape(), weight.shape());
+    xs.len() == 3
+        && ws.len() == 3
+        && ws[2] == 1
+        && ws[0] == xs[2]
+        && (1..=8).contains(&ws[1])
+        && (1..=MAX_ROWS).contains(&(xs[1] - ws[1] + 1))
+        && matches!(x.dtype(), Dtype::Float32 | Dtype::Bfloat16 | Dtype::Float16)
+        && weight.dtype() == x.dtype()
+}
+
+/// The depthwise convolution `conv1d(x, weight, groups = C)` without
+/// padding: `y[b, t, c] = sum_j x[b, t + j, c] * weight[c, j]`, `[B, L - K +
+/// 1, C]`, each output summed in the same order whatever the length. Check
+/// [`takes_depthwise_conv`] first.
+pub fn depthwise_conv(x: &Array, weight: &Array) -> Result<Array, Exception> {
+    if !takes_depthwise_conv(x, weight) {
+        return Err(Exception::custom(format!(
+            "conv kernel: unsupported input {:?} {:?} with weight {:?} {:?}",
+            x.shape(),
+            x.dtype(),
+            weight.shape(),
+            weight.dtype()
+        )));
+    }
+    let (xs, width) = (x.shape(), weight.shape()[1]);
+    let out = vec![xs[0], xs[1] - width + 1, xs[2]];
+    let dtype = match x.dtype() {
+        Dtype::Float32 => 0,
+        Dtype::Bfloat16 => 1,
+        _ => 2,
+    };
+    let threads: i32 = out.iter().product();
+    single(custom_kernel::launch(&Launch {
+        body: &CONV,
+        input_names: &["x", "w"],
+        output_names: &["y"],
+        inputs: &[x, weight],
+        outputs: &[(out, x.dtype())],
+        grid: [threads, 1, 1],
+        group: [256, 1, 1],
+        template: &[("K", width), ("DT", dtype)],
     })?)
 }
 

@@ -1,13 +1,13 @@
 //! `flashbar smoke`'s checks of the row-invariant kernels, on a GPU: rows of
 //! an M-row call against 1-row calls, bit for bit, and the kernels against
-//! MLX's own quantized matmul and attention within rounding.
+//! MLX's own quantized matmul, attention and conv1d within rounding.
 
 use super::{seeded_values, CheckResult};
-use crate::row_invariant::{causal_attention, full_attention, quantized_matmul};
+use crate::row_invariant::{causal_attention, depthwise_conv, full_attention, quantized_matmul};
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
-use mlx_rs::ops::{concatenate, quantize, quantized_matmul as mlx_quantized_matmul};
+use mlx_rs::ops::{concatenate, conv1d, quantize, quantized_matmul as mlx_quantized_matmul};
 use mlx_rs::{Array, Dtype};
 
 /// (inputs, outputs, bits, group) of the layers checked: the embedded
@@ -155,6 +155,46 @@ pub(crate) fn attention() -> Result<[CheckResult; 2], Exception> {
         CheckResult {
             name: "attention_kernel_vs_sdpa",
             max_error: versus_sdpa,
+            tolerance: 2e-2,
+            cross_device_tolerance: f64::INFINITY,
+            output: Vec::new(),
+        },
+    ])
+}
+
+/// The same two checks for the gated-delta layers' depthwise convolution
+/// (width 4, as Qwen3.5's): the outputs of a 1-, 2-, 15-, 16-, 17- and
+/// 32-position call against 1-position calls, and against MLX's conv1d.
+pub(crate) fn conv() -> Result<[CheckResult; 2], Exception> {
+    let (mut differing, mut versus_mlx) = (0.0, 0.0f64);
+    let width = 4;
+    for (seed, channels) in [(0u64, 384), (1, 8192)] {
+        for dtype in [Dtype::Bfloat16, Dtype::Float32] {
+            let seed = 10 * seed + u64::from(dtype == Dtype::Float32);
+            let w = values(600 + seed, &[channels, width, 1], dtype)?;
+            for t in ROWS {
+                let x = values(700 + seed, &[1, t + width - 1, channels], dtype)?;
+                let block = depthwise_conv(&x, &w)?;
+                let singles = (0..t)
+                    .map(|i| depthwise_conv(&x.index((.., i..i + width, ..)), &w))
+                    .collect::<Result<Vec<_>, _>>()?;
+                differing += rows_differing(&block, &concatenate(&singles, 1)?, 1)?;
+                let reference = conv1d(&x, &w, 1, 0, 1, channels)?;
+                versus_mlx = versus_mlx.max(largest_relative(&block, &reference)?);
+            }
+        }
+    }
+    Ok([
+        CheckResult {
+            name: "conv_kernel_rows_invariant",
+            max_error: differing,
+            tolerance: 0.0,
+            cross_device_tolerance: f64::INFINITY,
+            output: Vec::new(),
+        },
+        CheckResult {
+            name: "conv_kernel_vs_mlx",
+            max_error: versus_mlx,
             tolerance: 2e-2,
             cross_device_tolerance: f64::INFINITY,
             output: Vec::new(),

@@ -9,8 +9,8 @@
 use crate::config::TextConfig;
 use crate::error::Result;
 use crate::nn::gated_delta_host;
-use crate::nn::linear::{Linear, Weights};
-use flashbar_mlx::{device, gdn_kernels};
+use crate::nn::linear::{row_kernels, Linear, Weights};
+use flashbar_mlx::{device, gdn_kernels, row_invariant};
 use mlx_rs::fast::rms_norm;
 use mlx_rs::nn::{silu, softplus};
 use mlx_rs::ops::{
@@ -101,6 +101,10 @@ pub struct GatedDeltaNet {
     eps: f32,
     /// The recurrence on the host (the CPU path, docs/cpu.md).
     host: bool,
+    /// The convolution of decode steps and verified blocks on the
+    /// row-invariant CUDA kernel (`linear::row_kernels`): no cuDNN plan per
+    /// block length (docs/gpu.md).
+    row_kernel: bool,
 }
 
 impl GatedDeltaNet {
@@ -122,6 +126,7 @@ impl GatedDeltaNet {
             conv_kernel: config.linear_conv_kernel_dim as i32,
             eps: config.rms_norm_eps,
             host: weights.host_kernels(),
+            row_kernel: row_kernels(),
         })
     }
 
@@ -164,7 +169,14 @@ impl GatedDeltaNet {
                 .index((.., (total - (self.conv_kernel - 1)).., ..))
                 .contiguous()?,
         );
-        let conv_out = silu(conv1d(&conv_input, &self.conv_weight, 1, 0, 1, conv_dim)?)?;
+        let conv_out = if self.row_kernel
+            && row_invariant::takes_depthwise_conv(&conv_input, &self.conv_weight)
+        {
+            row_invariant::depthwise_conv(&conv_input, &self.conv_weight)?
+        } else {
+            conv1d(&conv_input, &self.conv_weight, 1, 0, 1, conv_dim)?
+        };
+        let conv_out = silu(conv_out)?;
         let parts = split_at_indices(&conv_out, &[key_dim, 2 * key_dim], -1)?;
         let q = parts[0].reshape(&[b, s, hk, dk])?;
         let k = parts[1].reshape(&[b, s, hk, dk])?;
