@@ -150,15 +150,38 @@ impl<B, E: Display, F: FnMut() -> Result<B, E>> Resident<B, F> {
 
     /// Drops the model and the buffers MLX keeps for reuse.
     fn release(&mut self, state: &State) {
-        if self.backend.take().is_some() {
-            state.loaded.store(false, Ordering::SeqCst);
+        if let Some(backend) = self.backend.take() {
+            drop(backend);
             if let Err(error) = mlx_rs::memory::clear_cache() {
                 tracing::info!("clearing MLX's cache after an idle unload: {error}");
             }
+            give_back_freed_heap();
+            // Unloaded once the memory is given back, not before.
+            state.loaded.store(false, Ordering::SeqCst);
             tracing::info!("model unloaded after an idle stretch");
         }
     }
 }
+
+/// glibc keeps freed heap pages in its arenas (one per thread that
+/// allocated) for reuse; after an unload they would stay resident for the
+/// hours the app sits idle. `malloc_trim` hands them back to the system
+/// (docs/reliability.md, "Idle unload"). Other allocators (macOS's) return
+/// large freed regions on their own.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn give_back_freed_heap() {
+    extern "C" {
+        fn malloc_trim(pad: usize) -> std::ffi::c_int;
+    }
+    // SAFETY: glibc's malloc_trim takes a byte count and only releases
+    // free memory; it is safe to call from any thread at any time.
+    unsafe {
+        malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn give_back_freed_heap() {}
 
 /// The next job; None once the queue is closed. While the model is loaded
 /// and an idle unload is set, waits at most that long, then releases it.
