@@ -49,6 +49,7 @@ apt_packages=(
   libwebkit2gtk-4.1-dev libgtk-3-dev libayatana-appindicator3-dev librsvg2-dev
   libssl-dev libxdo-dev
   xvfb xauth imagemagick webkit2gtk-driver
+  dbus-daemon libglib2.0-bin  # e2e: a session bus, and gdbus to read the tray's label
 )
 command -v node >/dev/null && command -v npm >/dev/null || apt_packages+=(nodejs npm)
 

@@ -7,7 +7,8 @@
 // and loads it; the log folder Settings names holds a log file that the
 // server's request line grows, and the Server panel shows that line; after
 // the idle unload (2 s here) the next message reloads the pair and answers,
-// saying so in its footer. Every
+// saying so in its footer. While an answer streams the tray shows its
+// speed beside the icon, and nothing once it is done. Every
 // view is saved as a screenshot in $E2E_SCREENSHOTS,
 // in light mode (dark.test.mjs takes the dark ones).
 import { By, until } from "selenium-webdriver";
@@ -17,6 +18,7 @@ import net from "node:net";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { ENGINE_READY, openApp } from "./driver.mjs";
+import { trayLabel, watchTrayLabel } from "./tray.mjs";
 
 // Generous: CI machines share their two cores, and a wait only costs time when it fails.
 const WAIT = 30_000;
@@ -66,6 +68,9 @@ test("chat streams an answer from the engine", async () => {
   await shot("chat-empty");
   const input = await driver.findElement(byTest("chat-input"));
   await input.sendKeys("def fib(n):");
+  // The tray as the desktop's panel sees it (tray.mjs): plain while idle.
+  assert.equal(await trayLabel(), "", "the tray has no tray item, or a label while idle");
+  const tray = watchTrayLabel();
   await driver.findElement(byTest("send")).click();
   const answer = await driver.wait(until.elementLocated(By.css('[data-testid="turn-assistant"]')), WAIT);
   // Streaming: text shows up before the answer is finished.
@@ -74,6 +79,14 @@ test("chat streams an answer from the engine", async () => {
   await driver.wait(until.elementLocated(By.css('[data-testid="turn-assistant"] footer')), 120_000);
   const footer = await driver.findElement(By.css('[data-testid="turn-assistant"] footer')).getText();
   assert.match(footer, /^(stop|length) · \d+ tokens/, footer);
+  await driver.wait(async () => (await trayLabel()) === "", 5000, "the tray kept its label after the answer");
+  await tray.stop();
+  // Its live speed while the answer streamed ("84 tok/s · DFlash 2.3x", or
+  // "80 tok/s" on plain rounds), then back to the plain icon.
+  const speeds = tray.seen.filter((label) => label !== "");
+  assert.ok(speeds.length > 0, `the tray showed no speed: ${JSON.stringify(tray.seen)}`);
+  for (const label of speeds) assert.match(label, /^\d+ tok\/s(?: · DFlash(?: \d+\.\dx)?)?$/, label);
+  assert.equal(tray.seen.at(-1), "");
   await shot("chat-answered");
   // Saved through the app shell to the history file (atomic write), not to
   // the webview's localStorage.

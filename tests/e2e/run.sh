@@ -12,6 +12,11 @@ cd "$(dirname "$0")/../.."
 if [ -z "${DISPLAY:-}" ] && [ -z "${FLASHBAR_E2E_XVFB:-}" ]; then
   exec env FLASHBAR_E2E_XVFB=1 xvfb-run -a -s "-screen 0 1280x900x24" "$0" "$@"
 fi
+# A session bus of its own: the tray (appindicator) publishes its icon and
+# label there, where tray.mjs reads them, as a desktop's panel would.
+if [ -z "${FLASHBAR_E2E_DBUS:-}" ]; then
+  exec env FLASHBAR_E2E_DBUS=1 dbus-run-session -- "$0" "$@"
+fi
 
 cargo build --quiet -p flashbar-app
 cargo build --quiet -p flashbar-hub --example fake_hub_server

@@ -124,8 +124,10 @@ fn label(address: Option<&str>) -> String {
 const TRAY_ID: &str = "flashbar";
 
 /// A decoding round (chat or HTTP): the live speed in the tray, unless the
-/// setting is off. macOS shows it as the menu-bar title, elsewhere in the
-/// tooltip (no tray title there).
+/// setting is off. It is the icon's title where the platform has one: the
+/// menu-bar title on macOS, the indicator's label on Linux (appindicator:
+/// tray-icon's tooltip does nothing there); Windows has no title, so there
+/// it is the tooltip.
 pub fn show_round(app: &AppHandle, stats: &RoundStats) {
     if !app
         .state::<crate::settings::SettingsHandle>()
@@ -166,11 +168,11 @@ fn show_speed(app: &AppHandle, text: Option<&str>) {
     let Some(tray) = app.tray_by_id(TRAY_ID) else {
         return;
     };
-    if cfg!(target_os = "macos") {
-        let _ = tray.set_title(text);
-    } else {
+    if cfg!(windows) {
         let tooltip = text.map_or(TOOLTIP.to_owned(), |t| format!("{TOOLTIP} — {t}"));
         let _ = tray.set_tooltip(Some(tooltip));
+    } else {
+        let _ = tray.set_title(text);
     }
 }
 
