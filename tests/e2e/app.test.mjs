@@ -184,6 +184,18 @@ test("the local server switch serves the app's model over HTTP", async () => {
   await assert.rejects(fetch(`${address}/health`));
 });
 
+/** The app process's anonymous resident memory (Linux /proc). */
+async function appAnonBytes() {
+  const pids = [];
+  for (const pid of (await readdir("/proc")).filter((name) => /^\d+$/.test(name))) {
+    const comm = await readFile(`/proc/${pid}/comm`, "utf8").catch(() => "");
+    if (comm.trim() === "flashbar-app") pids.push(pid);
+  }
+  assert.equal(pids.length, 1, `one app process, got ${pids}`);
+  const status = await readFile(`/proc/${pids[0]}/status`, "utf8");
+  return Number(/^RssAnon:\s+(\d+) kB/m.exec(status)[1]) * 1024;
+}
+
 test("after the idle unload the next message reloads the pair and answers", async () => {
   // run.sh sets FLASHBAR_IDLE_UNLOAD_SECONDS=2: idle longer than that, the
   // worker has dropped the pair. In a conversation of its own, deleted
@@ -198,6 +210,14 @@ test("after the idle unload the next message reloads the pair and answers", asyn
   const footer = await driver.findElement(By.css('[data-testid="turn-assistant"] footer')).getText();
   assert.match(footer, /^(stop|length) · \d+ tokens .* · model reloaded in \d+\.\d s \(it was unloaded while idle\)$/, footer);
   await shot("chat-reloaded");
+  // The app's own memory (anonymous resident pages, /proc) with the pair
+  // just used, and once the idle unload has run again: most of the pair's
+  // ~110 MB comes back (the engine's idle_unload_memory test counts it).
+  const loaded = await appAnonBytes();
+  await driver.sleep(3500);
+  const unloaded = await appAnonBytes();
+  console.log(`app anonymous memory: ${loaded} bytes loaded, ${unloaded} after the idle unload`);
+  assert.ok(loaded - unloaded > 64 << 20, `the unload gave back ${loaded - unloaded} of ${loaded} bytes`);
   await driver.findElement(byTest("delete-chat")).click();
   await driver.wait(async () => /def fib/.test(await driver.findElement(byTest("turn-user")).getText()), 5000,
     "the first conversation is back");

@@ -72,6 +72,7 @@ fn an_unloaded_model_gives_back_its_memory_and_reloads_on_the_next_request() {
     let floor = mlx_bytes();
     #[cfg(target_os = "linux")]
     let (anon_floor, file_floor) = resident();
+    #[cfg(target_os = "linux")]
     let pair = root.clone();
     let worker = Worker::spawn_unloading(4, Some(Duration::from_millis(300)), move || {
         Engine::load(&root.join("target"), Some(&root.join("drafter")))
