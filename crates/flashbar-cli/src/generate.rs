@@ -76,10 +76,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let (target, drafter) = resolve_pair(args.model.as_deref(), args.drafter.as_deref())?;
     let engine = Engine::load(&target, drafter.as_deref())?;
     let prompt = if args.chat {
-        Prompt::Messages(vec![Message {
-            role: "user".into(),
-            content: args.prompt,
-        }])
+        Prompt::Messages(vec![Message::new("user", args.prompt)])
     } else {
         Prompt::Text(args.prompt)
     };

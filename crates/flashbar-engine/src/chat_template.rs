@@ -25,15 +25,116 @@
 //! number of such steps, not their size.
 
 use crate::error::{EngineError, Result};
-use minijinja::{context, Environment};
+use minijinja::{context, Environment, Value};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 
-/// One chat message.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
+/// One chat message, as the template sees it: the fields are named and
+/// shaped as transformers passes them (docs/templates.md). Only `role` and
+/// `content` reach the app's UI; the rest come from API clients.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 pub struct Message {
     pub role: String,
     pub content: String,
+    /// An earlier assistant turn's thinking, kept apart from its answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(skip)]
+    pub reasoning_content: Option<String>,
+    /// The functions an assistant turn called.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[ts(skip)]
+    pub tool_calls: Vec<ToolCall>,
+    /// Which call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(skip)]
+    pub tool_call_id: Option<String>,
+    /// The function a `tool` message came from, when the client names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(skip)]
+    pub name: Option<String>,
+}
+
+impl Message {
+    /// A message of plain text.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Message {
+            role: role.into(),
+            content: content.into(),
+            ..Message::default()
+        }
+    }
+}
+
+/// One call of a function by the assistant:
+/// `{"id", "type": "function", "function": {"name", "arguments"}}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", default = "function_type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+fn function_type() -> String {
+    "function".into()
+}
+
+/// A call's function: its name and its arguments as a JSON object (not
+/// the JSON text OpenAI clients send; the server parses that).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: serde_json::Value,
+}
+
+/// Everything a template renders besides its own text.
+#[derive(Clone, Copy, Debug)]
+pub struct ChatInput<'a> {
+    pub messages: &'a [Message],
+    /// OpenAI function schemas (`{"type": "function", "function": {...}}`);
+    /// `None` renders as transformers' `tools=None`.
+    pub tools: Option<&'a [serde_json::Value]>,
+    pub add_generation_prompt: bool,
+    /// Further keyword arguments (`enable_thinking`, ...), as
+    /// `apply_chat_template(**kwargs)` passes them.
+    pub kwargs: &'a serde_json::Map<String, serde_json::Value>,
+}
+
+impl<'a> ChatInput<'a> {
+    /// Messages alone, no tools, no keyword arguments.
+    pub fn messages(messages: &'a [Message], add_generation_prompt: bool) -> Self {
+        static NONE: std::sync::OnceLock<serde_json::Map<String, serde_json::Value>> =
+            std::sync::OnceLock::new();
+        ChatInput {
+            messages,
+            tools: None,
+            add_generation_prompt,
+            kwargs: NONE.get_or_init(serde_json::Map::new),
+        }
+    }
+}
+
+/// What a chat request gives its template besides the messages, owned (a
+/// [`ChatInput`] borrows it).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TemplateArgs {
+    /// OpenAI function schemas; `None` when the request has no tools.
+    pub tools: Option<Vec<serde_json::Value>>,
+    /// `chat_template_kwargs`: `enable_thinking` and the like.
+    pub kwargs: serde_json::Map<String, serde_json::Value>,
+}
+
+impl TemplateArgs {
+    /// The input that renders `messages` with these arguments.
+    pub fn input<'a>(&'a self, messages: &'a [Message], add_generation_prompt: bool) -> ChatInput<'a> {
+        ChatInput {
+            messages,
+            tools: self.tools.as_deref(),
+            add_generation_prompt,
+            kwargs: &self.kwargs,
+        }
+    }
 }
 
 /// Instructions a template may execute before it is stopped. It also
@@ -64,16 +165,16 @@ pub const STACK_BYTES: usize = 256 << 20;
 
 /// Renders `template` over `messages` with the default limits.
 pub fn render(template: &str, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-    render_limited(template, messages, add_generation_prompt, MAX_OUTPUT_BYTES)
+    render_chat(template, &ChatInput::messages(messages, add_generation_prompt))
+}
+
+/// Renders `template` over a whole input with the default limits.
+pub fn render_chat(template: &str, input: &ChatInput) -> Result<String> {
+    render_limited(template, input, MAX_OUTPUT_BYTES)
 }
 
 /// Renders with an output cap of `max_output` bytes.
-pub fn render_limited(
-    template: &str,
-    messages: &[Message],
-    add_generation_prompt: bool,
-    max_output: usize,
-) -> Result<String> {
+pub fn render_limited(template: &str, input: &ChatInput, max_output: usize) -> Result<String> {
     if template.len() > MAX_TEMPLATE_BYTES {
         return Err(EngineError::Template(format!(
             "the chat template is {} bytes, more than the {MAX_TEMPLATE_BYTES}-byte limit",
@@ -85,9 +186,7 @@ pub fn render_limited(
         let worker = std::thread::Builder::new()
             .name("chat-template".into())
             .stack_size(STACK_BYTES)
-            .spawn_scoped(scope, || {
-                render_here(template, messages, add_generation_prompt, max_output)
-            })
+            .spawn_scoped(scope, || render_here(template, input, max_output))
             .map_err(|e| {
                 EngineError::Template(format!("could not start the template thread: {e}"))
             })?;
@@ -101,12 +200,7 @@ pub fn render_limited(
 
 /// Parses and renders on the calling thread (see the module's note on stack
 /// depth: [`render_limited`] calls it on a thread with a large stack).
-fn render_here(
-    template: &str,
-    messages: &[Message],
-    add_generation_prompt: bool,
-    max_output: usize,
-) -> Result<String> {
+fn render_here(template: &str, input: &ChatInput, max_output: usize) -> Result<String> {
     let env = environment();
     let bad = |e: minijinja::Error| EngineError::Template(one_line(&e));
     let template = env.template_from_str(template).map_err(bad)?;
@@ -115,12 +209,19 @@ fn render_here(
         cap: max_output,
         overflowed: false,
     };
+    // Keyword arguments first, then the tokenizer's special tokens where
+    // they do not name them, as `apply_chat_template` merges them.
+    let mut kwargs = input.kwargs.clone();
+    for token in ["bos_token", "eos_token"] {
+        kwargs.entry(token).or_insert_with(|| "".into());
+    }
     let result = template.render_captured_to(
         context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => "",
-            eos_token => "",
+            messages => python::messages(input.messages),
+            tools => input.tools,
+            documents => (),
+            add_generation_prompt => input.add_generation_prompt,
+            ..Value::from_serialize(&kwargs)
         },
         &mut out,
     );
@@ -139,8 +240,16 @@ fn environment<'source>() -> Environment<'source> {
     let mut env = Environment::new();
     env.set_fuel(Some(FUEL));
     env.set_recursion_limit(RECURSION_LIMIT);
+    // As transformers compiles templates (docs/templates.md): block tags
+    // take their newline and their line's leading blanks.
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
     // Python-style string methods (`.strip()`, `.startswith()`) that HF templates use.
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_unknown_method_callback(python::method);
+    env.set_formatter(python::formatter);
+    env.add_filter("tojson", python::tojson);
+    env.add_filter("string", python::string);
+    env.add_filter("trim", python::trim);
     env.add_function(
         "raise_exception",
         |message: String| -> std::result::Result<String, minijinja::Error> {
@@ -266,5 +375,9 @@ fn one_line(error: &minijinja::Error) -> String {
         .to_owned()
 }
 
+mod python;
+
+#[cfg(test)]
+mod parity;
 #[cfg(test)]
 mod tests;

@@ -68,10 +68,7 @@ pub fn check_target(dir: &Path) -> Vec<Finding> {
                     ))
                 },
             );
-            let probe = [Message {
-                role: "user".into(),
-                content: "hello".into(),
-            }];
+            let probe = [Message::new("user", "hello")];
             add(
                 "chat template",
                 match tokenizer.chat_template() {

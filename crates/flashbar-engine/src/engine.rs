@@ -100,13 +100,22 @@ impl Engine {
 
     /// Token ids of a prompt, through the chat template for messages.
     pub fn prompt_ids(&self, prompt: &Prompt) -> Result<Vec<u32>> {
+        self.prompt_ids_with(prompt, &chat_template::TemplateArgs::default())
+    }
+
+    /// Token ids of a prompt, with tools and keyword arguments for the template.
+    pub fn prompt_ids_with(
+        &self,
+        prompt: &Prompt,
+        args: &chat_template::TemplateArgs,
+    ) -> Result<Vec<u32>> {
         let text = match prompt {
             Prompt::Text(text) => text.clone(),
             Prompt::Messages(messages) => {
                 let template = self.tokenizer.chat_template().ok_or_else(|| {
                     EngineError::InvalidRequest("this model has no chat template".into())
                 })?;
-                chat_template::render(template, messages, true)?
+                chat_template::render_chat(template, &args.input(messages, true))?
             }
         };
         self.tokenizer.encode(&text)
@@ -206,7 +215,7 @@ impl Engine {
                 "max_tokens must be at least 1",
             ));
         }
-        let prompt = self.prompt_ids(&request.prompt)?;
+        let prompt = self.prompt_ids_with(&request.prompt, &request.template)?;
         let field = match request.prompt {
             Prompt::Text(_) => "prompt",
             Prompt::Messages(_) => "messages",

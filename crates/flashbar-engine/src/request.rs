@@ -1,6 +1,6 @@
 //! What to generate.
 
-use crate::chat_template::Message;
+use crate::chat_template::{Message, TemplateArgs};
 use crate::sampling::SamplingParams;
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +43,8 @@ pub struct GenerateRequest {
     pub speculation: Speculation,
     /// Tokens per DFlash verify (last token + drafts); None = the drafter's.
     pub block_size: Option<usize>,
+    /// Tools and keyword arguments for the chat template (messages only).
+    pub template: TemplateArgs,
 }
 
 impl GenerateRequest {
@@ -54,6 +56,7 @@ impl GenerateRequest {
             stop: Vec::new(),
             speculation: Speculation::Auto,
             block_size: None,
+            template: TemplateArgs::default(),
         }
     }
 }

@@ -184,10 +184,7 @@ fn build_request(
     }
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     if !request.system.trim().is_empty() {
-        messages.push(Message {
-            role: "system".into(),
-            content: request.system,
-        });
+        messages.push(Message::new("system", request.system));
     }
     for message in request.messages {
         if !matches!(message.role.as_str(), "user" | "assistant" | "system") {

@@ -4,10 +4,7 @@
 use super::*;
 
 fn user(content: &str) -> Vec<Message> {
-    vec![Message {
-        role: "user".into(),
-        content: content.into(),
-    }]
+    vec![Message::new("user", content)]
 }
 
 #[test]
@@ -44,10 +41,10 @@ fn a_giant_output_is_stopped_at_the_cap() {
     assert!(!text.contains('\n'));
     // Exactly at the cap is allowed; one byte more is not.
     assert_eq!(
-        render_limited("{{ 'ab' * 3 }}", &user("x"), false, 6).unwrap(),
+        render_limited("{{ 'ab' * 3 }}", &ChatInput::messages(&user("x"), false), 6).unwrap(),
         "ababab"
     );
-    assert!(render_limited("{{ 'ab' * 3 }}x", &user("x"), false, 6).is_err());
+    assert!(render_limited("{{ 'ab' * 3 }}x", &ChatInput::messages(&user("x"), false), 6).is_err());
 }
 
 #[test]
