@@ -127,7 +127,11 @@ pub struct TemplateArgs {
 
 impl TemplateArgs {
     /// The input that renders `messages` with these arguments.
-    pub fn input<'a>(&'a self, messages: &'a [Message], add_generation_prompt: bool) -> ChatInput<'a> {
+    pub fn input<'a>(
+        &'a self,
+        messages: &'a [Message],
+        add_generation_prompt: bool,
+    ) -> ChatInput<'a> {
         ChatInput {
             messages,
             tools: self.tools.as_deref(),
@@ -165,7 +169,10 @@ pub const STACK_BYTES: usize = 256 << 20;
 
 /// Renders `template` over `messages` with the default limits.
 pub fn render(template: &str, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-    render_chat(template, &ChatInput::messages(messages, add_generation_prompt))
+    render_chat(
+        template,
+        &ChatInput::messages(messages, add_generation_prompt),
+    )
 }
 
 /// Renders `template` over a whole input with the default limits.
@@ -201,8 +208,14 @@ pub fn render_limited(template: &str, input: &ChatInput, max_output: usize) -> R
 /// Parses and renders on the calling thread (see the module's note on stack
 /// depth: [`render_limited`] calls it on a thread with a large stack).
 fn render_here(template: &str, input: &ChatInput, max_output: usize) -> Result<String> {
-    let env = environment();
-    let bad = |e: minijinja::Error| EngineError::Template(one_line(&e));
+    // What the template's own `raise_exception` said: the messages are
+    // refused (a bad request), not the template broken.
+    let refusal = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    let env = environment(refusal.clone());
+    let bad = |e: minijinja::Error| match refusal.lock().ok().and_then(|r| r.clone()) {
+        Some(message) => EngineError::param("messages", message),
+        None => EngineError::Template(one_line(&e)),
+    };
     let template = env.template_from_str(template).map_err(bad)?;
     let mut out = CappedBuffer {
         bytes: Vec::new(),
@@ -236,7 +249,9 @@ fn render_here(template: &str, input: &ChatInput, max_output: usize) -> Result<S
         .map_err(|_| EngineError::Template("the chat template wrote invalid UTF-8".into()))
 }
 
-fn environment<'source>() -> Environment<'source> {
+fn environment<'source>(
+    refusal: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+) -> Environment<'source> {
     let mut env = Environment::new();
     env.set_fuel(Some(FUEL));
     env.set_recursion_limit(RECURSION_LIMIT);
@@ -252,7 +267,10 @@ fn environment<'source>() -> Environment<'source> {
     env.add_filter("trim", python::trim);
     env.add_function(
         "raise_exception",
-        |message: String| -> std::result::Result<String, minijinja::Error> {
+        move |message: String| -> std::result::Result<String, minijinja::Error> {
+            if let Ok(mut first) = refusal.lock() {
+                first.get_or_insert_with(|| message.clone());
+            }
             Err(minijinja::Error::new(
                 minijinja::ErrorKind::InvalidOperation,
                 message,

@@ -39,10 +39,22 @@ pub enum Stop {
     Many(Vec<String>),
 }
 
-/// `POST /v1/chat/completions`.
+/// `POST /v1/chat/completions`. Tools, tool calls and the template's
+/// keyword arguments stay JSON here; `convert` checks them field by field
+/// so a bad one is a 400 naming its path.
 #[derive(Debug, Deserialize)]
 pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
+    /// OpenAI function schemas.
+    #[serde(default)]
+    pub tools: Option<Value>,
+    /// `"auto"`, `"none"`, or `{"type": "function", "function": {"name"}}`.
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    /// Keyword arguments for the chat template (`enable_thinking`, ...), as
+    /// vLLM and SGLang take them.
+    #[serde(default)]
+    pub chat_template_kwargs: Option<Value>,
     #[serde(flatten)]
     pub common: Common,
 }
@@ -52,6 +64,19 @@ pub struct ChatMessage {
     pub role: String,
     #[serde(default)]
     pub content: Option<Content>,
+    /// An earlier assistant turn's thinking (`reasoning` is taken too).
+    #[serde(default)]
+    pub reasoning_content: Option<Value>,
+    #[serde(default)]
+    pub reasoning: Option<Value>,
+    /// An assistant turn's calls, `arguments` as JSON text or an object.
+    #[serde(default)]
+    pub tool_calls: Option<Value>,
+    /// Which call a `tool` message answers.
+    #[serde(default)]
+    pub tool_call_id: Option<Value>,
+    #[serde(default)]
+    pub name: Option<Value>,
 }
 
 /// A message's content: a string, or a list of parts (only text parts).

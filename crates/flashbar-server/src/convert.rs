@@ -1,9 +1,11 @@
 //! From OpenAI request bodies to engine requests, checking every value
 //! (a bad one is a 400 naming its field).
 
-use crate::api::{ChatRequest, Common, CompletionRequest, Content, PromptText, Stop};
+use crate::api::{ChatRequest, Common, CompletionRequest, PromptText, Stop};
 use crate::error::ApiError;
-use flashbar_engine::{GenerateRequest, Message, Prompt, SamplingParams, Speculation};
+use flashbar_engine::{GenerateRequest, Prompt, SamplingParams, Speculation};
+
+mod chat;
 
 /// The models this server answers to: its id, and "default".
 #[derive(Clone, Debug)]
@@ -45,39 +47,24 @@ pub fn chat(body: ChatRequest, names: &ModelNames, context: usize) -> Result<Par
             "messages must hold at least one message",
         ));
     }
+    let template = chat::template_args(
+        body.tools.as_ref(),
+        body.tool_choice.as_ref(),
+        body.chat_template_kwargs.as_ref(),
+    )?;
     let mut messages = Vec::with_capacity(body.messages.len());
     for (i, message) in body.messages.into_iter().enumerate() {
-        let content = match message.content {
-            None => String::new(),
-            Some(Content::Text(text)) => text,
-            Some(Content::Parts(parts)) => {
-                let mut text = String::new();
-                for part in parts {
-                    match (part.kind.as_str(), part.text) {
-                        ("text", Some(t)) => text.push_str(&t),
-                        (kind, _) => {
-                            return Err(ApiError::invalid_param(
-                                &format!("messages[{i}].content"),
-                                format!("content parts of type \"{kind}\" are not supported"),
-                            ))
-                        }
-                    }
-                }
-                text
-            }
-        };
-        messages.push(Message {
-            role: message.role,
-            content,
-        });
+        messages.push(chat::message(i, message)?);
     }
-    common(
+    let mut parsed = common(
         body.common,
         Prompt::Messages(messages),
         names,
         context,
         None,
-    )
+    )?;
+    parsed.request.template = template;
+    Ok(parsed)
 }
 
 pub fn completion(
@@ -177,6 +164,10 @@ fn common(
             .unwrap_or(false),
     })
 }
+
+#[cfg(test)]
+#[path = "convert/chat_tests.rs"]
+mod chat_tests;
 
 #[cfg(test)]
 mod tests {

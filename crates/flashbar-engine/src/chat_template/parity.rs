@@ -29,7 +29,9 @@ fn qwen_templates_render_as_transformers_does() {
             let messages: Vec<Message> = serde_json::from_value(case["messages"].clone())
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             let args = TemplateArgs {
-                tools: case.get("tools").map(|t| serde_json::from_value(t.clone()).unwrap()),
+                tools: case
+                    .get("tools")
+                    .map(|t| serde_json::from_value(t.clone()).unwrap()),
                 kwargs: case
                     .get("kwargs")
                     .and_then(Json::as_object)
@@ -45,7 +47,9 @@ fn qwen_templates_render_as_transformers_does() {
                 _ => false,
             };
             if !same {
-                failures.push(format!("{template_name} / {name}:\n  got  {got:?}\n  want {want}"));
+                failures.push(format!(
+                    "{template_name} / {name}:\n  got  {got:?}\n  want {want}"
+                ));
             }
             checked += 1;
         }

@@ -106,7 +106,11 @@ pub fn method(state: &State, value: &Value, method: &str, args: &[Value]) -> Res
             "lstrip" => return Ok(Value::from(s.trim_start_matches(is_space))),
             "rstrip" => return Ok(Value::from(s.trim_end_matches(is_space))),
             "split" => {
-                return Ok(s.split(is_space).filter(|w| !w.is_empty()).map(Value::from).collect())
+                return Ok(s
+                    .split(is_space)
+                    .filter(|w| !w.is_empty())
+                    .map(Value::from)
+                    .collect())
             }
             _ => {}
         }
@@ -225,7 +229,9 @@ impl Json {
     fn scalar_or_open(&mut self, value: &Value) -> Result<Option<Open>, Error> {
         match value.kind() {
             ValueKind::None => self.out.push_str("null"),
-            ValueKind::Bool => self.out.push_str(if value.is_true() { "true" } else { "false" }),
+            ValueKind::Bool => self
+                .out
+                .push_str(if value.is_true() { "true" } else { "false" }),
             ValueKind::Number if value.is_integer() => self.out.push_str(&value.to_string()),
             ValueKind::Number => {
                 let x = f64::try_from(value.clone())?;

@@ -44,13 +44,25 @@ fn a_giant_output_is_stopped_at_the_cap() {
         render_limited("{{ 'ab' * 3 }}", &ChatInput::messages(&user("x"), false), 6).unwrap(),
         "ababab"
     );
-    assert!(render_limited("{{ 'ab' * 3 }}x", &ChatInput::messages(&user("x"), false), 6).is_err());
+    assert!(render_limited(
+        "{{ 'ab' * 3 }}x",
+        &ChatInput::messages(&user("x"), false),
+        6
+    )
+    .is_err());
 }
 
 #[test]
 fn raise_exception_becomes_an_error() {
+    // The template refusing its messages is the request's fault: a bad
+    // `messages` parameter, where a broken template is the model's.
     let error = render("{{ raise_exception('no system role') }}", &user("x"), false).unwrap_err();
-    assert!(error.to_string().contains("no system role"), "{error}");
+    assert!(
+        matches!(&error, EngineError::InvalidParam { param: "messages", message } if message == "no system role"),
+        "{error:?}"
+    );
+    let error = render("{{ 1 + none }}", &user("x"), false).unwrap_err();
+    assert!(matches!(error, EngineError::Template(_)), "{error:?}");
 }
 
 #[test]
