@@ -98,3 +98,8 @@ def test_null_content_renders_as_empty_content(template_name):
                 m["content"] = None
         assert outcome(template, nulled) == outcome(template, case), case["name"]
 
+
+def test_the_embedded_pair_ships_the_qwen3_5_template():
+    config = Path(__file__).resolve().parents[2] / "models" / "default" / "target" / "tokenizer_config.json"
+    shipped = json.loads(config.read_text(encoding="utf-8"))["chat_template"]
+    assert shipped == (FIXTURES / "qwen3_5.jinja").read_text(encoding="utf-8")

@@ -115,6 +115,12 @@ impl Engine {
                 let template = self.tokenizer.chat_template().ok_or_else(|| {
                     EngineError::InvalidRequest("this model has no chat template".into())
                 })?;
+                let mut args = args.clone();
+                for (key, value) in self.tokenizer.template_defaults() {
+                    args.kwargs
+                        .entry(key.clone())
+                        .or_insert_with(|| value.clone());
+                }
                 chat_template::render_chat(template, &args.input(messages, true))?
             }
         };

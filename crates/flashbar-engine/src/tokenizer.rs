@@ -10,6 +10,7 @@ pub struct TextTokenizer {
     inner: tokenizers::Tokenizer,
     eos_ids: BTreeSet<u32>,
     chat_template: Option<String>,
+    template_defaults: serde_json::Map<String, serde_json::Value>,
 }
 
 impl TextTokenizer {
@@ -38,14 +39,29 @@ impl TextTokenizer {
                 _ => {}
             }
         }
-        let chat_template = config
-            .get("chat_template")
-            .and_then(|t| t.as_str())
-            .map(str::to_owned);
+        // `chat_template.jinja` beside the config wins, as in transformers
+        // (recent checkpoints, Qwen3.5's among them, ship it there).
+        let file = dir.join("chat_template.jinja");
+        let chat_template = match std::fs::read_to_string(&file) {
+            Ok(text) => Some(text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => config
+                .get("chat_template")
+                .and_then(|t| t.as_str())
+                .map(str::to_owned),
+            Err(e) => return Err(EngineError::Tokenizer(format!("{}: {e}", file.display()))),
+        };
+        // The model's defaults for the template's keyword arguments, under
+        // what a request sets (docs/templates.md).
+        let template_defaults = config
+            .get("chat_template_kwargs")
+            .and_then(|k| k.as_object())
+            .cloned()
+            .unwrap_or_default();
         Ok(TextTokenizer {
             inner,
             eos_ids,
             chat_template,
+            template_defaults,
         })
     }
 
@@ -77,6 +93,12 @@ impl TextTokenizer {
 
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
+    }
+
+    /// `chat_template_kwargs` of `tokenizer_config.json`: keyword arguments
+    /// the template gets unless the request sets them.
+    pub fn template_defaults(&self) -> &serde_json::Map<String, serde_json::Value> {
+        &self.template_defaults
     }
 
     pub fn vocab_size(&self) -> usize {

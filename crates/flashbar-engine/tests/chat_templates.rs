@@ -1,0 +1,105 @@
+//! The embedded pair's chat template (Qwen3.5's, docs/templates.md): the
+//! model's default of no thinking, a request overriding it, tools in the
+//! prompt, `chat_template.jinja` taking precedence over the config's, and
+//! DFlash on a chat prompt giving the tokens plain decoding gives.
+
+use flashbar_engine::chat_template::TemplateArgs;
+use flashbar_engine::tokenizer::TextTokenizer;
+use flashbar_engine::{Engine, GenerateRequest, Message, Prompt, Sink, Speculation};
+use serde_json::json;
+use std::path::PathBuf;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/default")
+}
+
+fn default_pair() -> Engine {
+    Engine::load(&root().join("target"), Some(&root().join("drafter"))).unwrap()
+}
+
+fn rendered(engine: &Engine, messages: &[Message], args: &TemplateArgs) -> String {
+    let prompt = Prompt::Messages(messages.to_vec());
+    let ids = engine.prompt_ids_with(&prompt, args).unwrap();
+    engine.tokenizer().decode(&ids).unwrap()
+}
+
+struct Quiet;
+impl Sink for Quiet {}
+
+#[test]
+fn the_embedded_pair_renders_qwen3_5_with_thinking_off_unless_asked() {
+    let engine = default_pair();
+    let messages = [Message::new("user", "def fib(n):")];
+    let plain = rendered(&engine, &messages, &TemplateArgs::default());
+    assert_eq!(
+        plain,
+        "<|im_start|>user\ndef fib(n):<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    );
+    let mut thinking = TemplateArgs::default();
+    thinking
+        .kwargs
+        .insert("enable_thinking".into(), json!(true));
+    let text = rendered(&engine, &messages, &thinking);
+    assert!(
+        text.ends_with("<|im_start|>assistant\n<think>\n"),
+        "{text:?}"
+    );
+    let tools = TemplateArgs {
+        tools: Some(vec![
+            json!({"type": "function", "function": {"name": "run_tests"}}),
+        ]),
+        ..TemplateArgs::default()
+    };
+    let text = rendered(&engine, &messages, &tools);
+    assert!(
+        text.starts_with("<|im_start|>system\n# Tools\n"),
+        "{text:?}"
+    );
+    assert!(text.contains("{\"type\": \"function\", \"function\": {\"name\": \"run_tests\"}}"));
+}
+
+#[test]
+fn chat_template_jinja_wins_over_the_config_template() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["tokenizer.json", "tokenizer_config.json", "config.json"] {
+        std::fs::copy(root().join("target").join(name), dir.path().join(name)).unwrap();
+    }
+    let tokenizer = TextTokenizer::load(dir.path()).unwrap();
+    assert!(tokenizer.chat_template().unwrap().contains("<tool_call>"));
+    assert_eq!(
+        tokenizer.template_defaults()["enable_thinking"],
+        json!(false)
+    );
+    std::fs::write(
+        dir.path().join("chat_template.jinja"),
+        "{{ messages[0].content }}",
+    )
+    .unwrap();
+    let tokenizer = TextTokenizer::load(dir.path()).unwrap();
+    assert_eq!(tokenizer.chat_template(), Some("{{ messages[0].content }}"));
+}
+
+#[test]
+fn dflash_on_a_chat_prompt_gives_the_plain_tokens() {
+    let engine = default_pair();
+    let messages = vec![
+        Message::new("system", "You write Python."),
+        Message::new("user", "def add(a, b):"),
+    ];
+    for enable_thinking in [false, true] {
+        let mut tokens = Vec::new();
+        for speculation in [Speculation::Off, Speculation::Dflash] {
+            let mut request = GenerateRequest::new(Prompt::Messages(messages.clone()));
+            request
+                .template
+                .kwargs
+                .insert("enable_thinking".into(), json!(enable_thinking));
+            request.max_tokens = 40;
+            request.speculation = speculation;
+            request.block_size = Some(16);
+            tokens.push(engine.generate(&request, &mut Quiet).unwrap().token_ids);
+        }
+        assert!(!tokens[0].is_empty());
+        assert_eq!(tokens[0], tokens[1], "enable_thinking={enable_thinking}");
+    }
+}
