@@ -62,6 +62,9 @@ pub struct RopeParameters {
     pub rope_theta: Option<f32>,
     pub partial_rotary_factor: Option<f32>,
     pub factor: Option<f32>,
+    /// The other keys (YaRN's `beta_fast`, `original_max_position_embeddings`...).
+    #[serde(flatten)]
+    pub rest: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Affine quantization of one module: `group_size` weights share a scale and bias.
@@ -93,8 +96,8 @@ impl Quantization {
 pub struct Rope {
     pub dims: usize,
     pub theta: f32,
-    /// Position scale (1/factor for "linear" scaling, else 1).
-    pub scale: f32,
+    /// Position scaling: linear (1 = none) or YaRN (`nn::rope`).
+    pub scaling: crate::nn::rope::Scaling,
 }
 
 #[derive(Clone, Debug)]
@@ -295,6 +298,7 @@ fn rope_of(text: &TextConfig) -> Result<Rope, String> {
         rope_theta: None,
         partial_rotary_factor: None,
         factor: None,
+        rest: Default::default(),
     });
     let factor = params.partial_rotary_factor.unwrap_or(0.25);
     if !(factor > 0.0 && factor <= 1.0) {
@@ -303,18 +307,24 @@ fn rope_of(text: &TextConfig) -> Result<Rope, String> {
         ));
     }
     let dims = (text.head_dim() as f32 * factor) as usize;
-    let scale = match params.rope_type.as_deref().unwrap_or("default") {
-        "default" => 1.0,
-        "linear" => {
-            let factor = params.factor.ok_or("linear rope scaling needs `factor`")?;
-            require_finite("rope_parameters.factor", factor, false)?;
-            1.0 / factor
-        }
-        other => return Err(format!("unsupported rope type {other:?} (default, linear)")),
+    let mut object = params.rest.clone();
+    let mut put = |key: &str, value: serde_json::Value| {
+        object.insert(key.to_owned(), value);
     };
+    if let Some(t) = &params.rope_type {
+        put("rope_type", t.clone().into());
+    }
+    if let Some(f) = params.factor {
+        put("factor", f.into());
+    }
+    let scaling = crate::nn::rope::Scaling::parse(Some(&serde_json::Value::Object(object)))?;
     let theta = params.rope_theta.unwrap_or(100_000.0);
     require_finite("rope_theta", theta, false)?;
-    Ok(Rope { dims, theta, scale })
+    Ok(Rope {
+        dims,
+        theta,
+        scaling,
+    })
 }
 
 pub(crate) fn parse_quantization(root: &serde_json::Value) -> Result<Quantization, String> {

@@ -19,7 +19,7 @@ use crate::nn::linear::{row_kernels, Linear, Weights};
 use crate::nn::mlp::Mlp;
 use crate::Model;
 use flashbar_mlx::row_invariant;
-use mlx_rs::fast::{rms_norm, rope, scaled_dot_product_attention, ScaledDotProductAttentionMask};
+use mlx_rs::fast::{rms_norm, scaled_dot_product_attention, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{concatenate, tanh};
 use mlx_rs::Array;
@@ -253,15 +253,13 @@ impl DraftAttention {
                 .transpose_axes(&[0, 2, 1, 3])?)
         };
         let rotate = |t: &Array, offset: i32| -> Result<Array> {
-            Ok(rope(
+            crate::nn::rope::apply(
                 t,
                 self.head_dim,
-                false,
                 config.rope_theta,
-                config.rope_scale,
+                config.rope_scaling,
                 offset,
-                None,
-            )?)
+            )
         };
         let queries = rotate(&queries, block_start)?;
         let block_keys = rotate(&project_keys(x, l)?, block_start)?;

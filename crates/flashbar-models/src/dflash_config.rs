@@ -6,6 +6,7 @@ use crate::config::{
     Quantization, MAX_LAYERS, MAX_SIZE,
 };
 use crate::error::{ModelError, Result};
+use crate::nn::rope::Scaling;
 use serde::Deserialize;
 use std::path::Path;
 
@@ -28,8 +29,8 @@ pub struct DrafterConfig {
     pub vocab_size: usize,
     pub rms_norm_eps: f32,
     pub rope_theta: f32,
-    /// Position scale (1/factor for "linear" rope scaling, else 1).
-    pub rope_scale: f32,
+    /// Position scaling: linear (1 = none) or YaRN (`nn::rope`).
+    pub rope_scaling: Scaling,
     pub block_size: usize,
     pub num_target_layers: usize,
     /// Target layers whose outputs feed the drafter, in concatenation order.
@@ -88,10 +89,7 @@ struct RawDflash {
 
 #[derive(Deserialize, Clone)]
 struct RawRope {
-    #[serde(alias = "type")]
-    rope_type: Option<String>,
     rope_theta: Option<f32>,
-    factor: Option<f32>,
 }
 
 impl DrafterConfig {
@@ -151,22 +149,12 @@ impl DrafterConfig {
             ("num_key_value_heads", raw.num_key_value_heads),
         )?;
         let rope = raw.rope_parameters.clone().or(raw.rope_scaling.clone());
-        let rope_scale = match rope.as_ref().and_then(|r| r.rope_type.as_deref()) {
-            None | Some("default") => 1.0,
-            Some("linear") => {
-                let factor = rope
-                    .as_ref()
-                    .and_then(|r| r.factor)
-                    .filter(|f| f.is_finite() && *f > 0.0)
-                    .ok_or("linear rope_scaling needs a positive `factor`")?;
-                1.0 / factor
-            }
-            Some(other) => {
-                return Err(format!(
-                    "unsupported rope_scaling type {other:?} (default, linear)"
-                ))
-            }
-        };
+        let root: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        let rope_scaling = Scaling::parse(
+            root.get("rope_parameters")
+                .filter(|v| !v.is_null())
+                .or(root.get("rope_scaling")),
+        )?;
         let layer_kinds = match &raw.layer_types {
             None => vec![LayerKind::Full; raw.num_hidden_layers],
             Some(types) => types
@@ -195,7 +183,6 @@ impl DrafterConfig {
         if target_layer_ids.is_empty() {
             return Err("dflash_config.target_layer_ids is empty".into());
         }
-        let root: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
         let head_dim = raw
             .head_dim
             .unwrap_or(raw.hidden_size / raw.num_attention_heads);
@@ -220,7 +207,7 @@ impl DrafterConfig {
             vocab_size: raw.vocab_size,
             rms_norm_eps: raw.rms_norm_eps,
             rope_theta,
-            rope_scale,
+            rope_scaling,
             block_size,
             num_target_layers: raw.num_target_layers,
             target_layer_ids,
@@ -340,7 +327,7 @@ mod tests {
         assert_eq!((c.mask_token_id, c.block_size, c.head_dim), (3, 16, 16));
         assert_eq!(c.layer_kinds, vec![LayerKind::Full; 2]);
         assert!(!c.causal(0));
-        assert_eq!(c.rope_scale, 1.0);
+        assert_eq!(c.rope_scaling, Scaling::Linear(1.0));
     }
 
     #[test]
@@ -353,13 +340,14 @@ mod tests {
         .unwrap();
         assert_eq!((c.window(0), c.window(1)), (Some(6), None));
         assert!(c.causal(0) && !c.causal(1));
-        assert_eq!(c.rope_scale, 0.5);
+        assert_eq!(c.rope_scaling, Scaling::Linear(0.5));
     }
 
     #[test]
     fn refuses_what_it_cannot_run() {
-        let err = with(|v| v["rope_scaling"] = serde_json::json!({"type": "yarn", "factor": 4.0}));
-        assert!(err.unwrap_err().contains("yarn"));
+        let err =
+            with(|v| v["rope_scaling"] = serde_json::json!({"type": "dynamic", "factor": 4.0}));
+        assert!(err.unwrap_err().contains("dynamic"));
         let err = with(|v| v["dflash_config"]["conv_kernel_size"] = 4.into());
         assert!(err.unwrap_err().contains("DFlash2"));
         let err =

@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::nn::host;
 use crate::nn::linear::{row_kernels, Linear, Weights};
 use flashbar_mlx::row_invariant;
-use mlx_rs::fast::{rms_norm, rope, scaled_dot_product_attention, ScaledDotProductAttentionMask};
+use mlx_rs::fast::{rms_norm, scaled_dot_product_attention, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{concatenate, sigmoid, split_equal};
 use mlx_rs::Array;
@@ -132,14 +132,12 @@ impl Attention {
     }
 
     fn rotate(&self, x: &Array, offset: i32) -> Result<Array> {
-        Ok(rope(
+        crate::nn::rope::apply(
             x,
             self.rope.dims as i32,
-            false,
             self.rope.theta,
-            self.rope.scale,
+            self.rope.scaling,
             offset,
-            None,
-        )?)
+        )
     }
 }

@@ -7,3 +7,4 @@ pub mod host;
 pub mod linear;
 pub mod mlp;
 pub mod moe;
+pub mod rope;
