@@ -62,7 +62,8 @@ struct RawConfig {
     rope_scaling: Option<RawRope>,
     rope_parameters: Option<RawRope>,
     block_size: Option<usize>,
-    num_target_layers: usize,
+    /// Only needed when `dflash_config.target_layer_ids` is absent.
+    num_target_layers: Option<usize>,
     layer_types: Option<Vec<String>>,
     sliding_window: Option<usize>,
     is_causal: Option<bool>,
@@ -120,7 +121,7 @@ impl DrafterConfig {
             ("num_attention_heads", raw.num_attention_heads),
             ("num_key_value_heads", raw.num_key_value_heads),
             ("vocab_size", raw.vocab_size),
-            ("num_target_layers", raw.num_target_layers),
+            ("num_target_layers", raw.num_target_layers.unwrap_or(1)),
         ];
         require_positive(&positive)?;
         require_positive(&[("head_dim", raw.head_dim.unwrap_or(1))])?;
@@ -128,7 +129,7 @@ impl DrafterConfig {
         require_at_most(
             &[
                 ("num_hidden_layers", raw.num_hidden_layers),
-                ("num_target_layers", raw.num_target_layers),
+                ("num_target_layers", raw.num_target_layers.unwrap_or(0)),
             ],
             MAX_LAYERS,
         )?;
@@ -176,10 +177,13 @@ impl DrafterConfig {
         if block_size < 2 {
             return Err(format!("block_size must be at least 2, got {block_size}"));
         }
-        let target_layer_ids = d
-            .target_layer_ids
-            .clone()
-            .unwrap_or_else(|| default_taps(raw.num_target_layers, raw.num_hidden_layers));
+        let target_layer_ids = match (&d.target_layer_ids, raw.num_target_layers) {
+            (Some(ids), _) => ids.clone(),
+            (None, Some(layers)) => default_taps(layers, raw.num_hidden_layers),
+            (None, None) => {
+                return Err("dflash_config.target_layer_ids or num_target_layers is needed".into())
+            }
+        };
         if target_layer_ids.is_empty() {
             return Err("dflash_config.target_layer_ids is empty".into());
         }
@@ -197,6 +201,10 @@ impl DrafterConfig {
         if !input_embedding_scale.is_finite() || !output_multiplier.is_finite() {
             return Err("input_embedding_scale and output_multiplier must be finite".into());
         }
+        // Absent (configs trimmed of it): at least one past the last tap.
+        let num_target_layers = raw
+            .num_target_layers
+            .unwrap_or(target_layer_ids.iter().max().map_or(0, |m| m + 1));
         Ok(DrafterConfig {
             head_dim,
             hidden_size: raw.hidden_size,
@@ -209,7 +217,7 @@ impl DrafterConfig {
             rope_theta,
             rope_scaling,
             block_size,
-            num_target_layers: raw.num_target_layers,
+            num_target_layers,
             target_layer_ids,
             mask_token_id: d
                 .mask_token_id
@@ -355,6 +363,11 @@ mod tests {
         assert!(err.unwrap_err().contains("sliding_window"));
         let err = with(|v| v["dflash_config"] = serde_json::json!({"target_layer_ids": [1]}));
         assert!(err.unwrap_err().contains("mask_token_id"));
+        let err = with(|v| {
+            v.as_object_mut().unwrap().remove("num_target_layers");
+            v["dflash_config"] = serde_json::json!({"mask_token_id": 3});
+        });
+        assert!(err.unwrap_err().contains("num_target_layers is needed"));
     }
 
     #[test]
