@@ -61,6 +61,20 @@ fn sliding_window_drafter_with_rope_scaling_matches_z_lab() {
     draft_logits_match("drafter-sliding-f32", "moe-hf-f32");
 }
 
+/// z-lab's published Qwen3.5 layout (5 sliding + 1 full layers, taps in
+/// dflash_config, rope_parameters): tests/fixtures/drafter_configs.
+#[test]
+fn published_sliding_layout_drafter_matches_z_lab() {
+    draft_logits_match("drafter-published-nested-f32", "dense-hf-f32");
+}
+
+/// The same with YaRN rope_parameters (z-lab's code rotates through mlx-lm's
+/// YarnRoPE).
+#[test]
+fn published_yarn_drafter_matches_z_lab() {
+    draft_logits_match("drafter-published-yarn-f32", "moe-hf-f32");
+}
+
 #[test]
 fn quantized_drafter_matches_z_lab() {
     draft_logits_match("drafter-dense-4bit", "dense-hf-f32");
