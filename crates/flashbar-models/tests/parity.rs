@@ -87,6 +87,13 @@ fn moe_f32_logits_match_mlx_lm() {
     prefill_and_decode_match("moe-hf-f32", F32_TOLERANCE);
 }
 
+/// YaRN rope_parameters on the target (tests/fixtures/make_fixtures.py,
+/// YARN_ROPE): partial rotation with blended periods and mscale.
+#[test]
+fn yarn_target_logits_match_mlx_lm() {
+    prefill_and_decode_match("dense-yarn-hf-f32", F32_TOLERANCE);
+}
+
 #[test]
 fn quantized_logits_match_mlx_lm() {
     for name in [
