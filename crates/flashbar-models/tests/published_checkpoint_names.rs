@@ -40,7 +40,11 @@ fn logits(dir: &Path) -> Vec<f32> {
         .forward(&tokens, &mut model.new_cache(), Outputs::ALL)
         .unwrap();
     let values = host_f32(&out.logits);
-    assert_eq!(values.len(), 4 * 512, "logits of 4 positions over the vocab");
+    assert_eq!(
+        values.len(),
+        4 * 512,
+        "logits of 4 positions over the vocab"
+    );
     values
 }
 
