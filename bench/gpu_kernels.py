@@ -61,12 +61,12 @@ def kernel(name, source, inputs, outputs):
 
 def launch_qmm(n: int, k: int, bits: int):
     """(NT, WARPS) from the weight's shape only; the same rule as the Rust
-    `gpu_kernels::qmm_launch`."""
-    chunk = 4 * (128 // bits)
-    chunks = -(-k // chunk)
-    warps = max(1, min(8, chunks // 2))
-    tiles = 2 if n >= 2048 else 1
-    return tiles, warps
+    `row_invariant::qmm_launch`."""
+    chunks = -(-k // (4 * (128 // bits)))
+    tiles = 4 if n >= 512 else 2 if n >= 64 else 1
+    blocks = -(-n // (8 * tiles))
+    wanted = 8 if blocks < 32 else 2 if blocks >= 256 and bits == 4 else 4
+    return tiles, max(1, min(wanted, chunks // 2))
 
 
 def qmm(x, w, scales, biases, bits, gs, tiles=None, warps=None):
@@ -219,7 +219,7 @@ def speed_qmm(variants: bool):
                                                          group_size=64, bits=4) for i in range(64)])
             row = dict(check="qmm speed", model=model, layer=layer, k=k, n=n, M=m,
                        mlx_us=round(t_mlx * 1e6, 1), mlx_GBps=round(nbytes / t_mlx / 1e9, 1))
-            for variant in [None] + ([(1, 4), (2, 8), (4, 8), (1, 8), (2, 4)] if variants else []):
+            for variant in [None] + ([(1, 4), (2, 8), (4, 8), (4, 2), (2, 4)] if variants else []):
                 tiles, warps = variant or (None, None)
                 t_ours = chained(lambda: [qmm(xs[i], *copies[i % len(copies)], 4, 64, tiles, warps)
                                           for i in range(64)])

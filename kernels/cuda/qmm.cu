@@ -1,7 +1,7 @@
 // qmm: y = x . dequantize(w)^T for MLX's affine-quantized weights, for the
 // few rows of a decode step (M = 1) or a verified block (M <= 32), with every
 // row summed in the same order whatever M is (docs/gpu.md, "Row-invariant
-// kernels").
+// kernels"; its speed: "The quantized matmul").
 //
 // A kernel BODY for MLX's fast::cuda_kernel (kernels/README.md). Parameters:
 //   const <T>* x            [M, K]   activations, bf16 (HALF = 0) or f16 (HALF = 1)
@@ -11,42 +11,46 @@
 //   (plus x's, w's and scales' shapes, added by MLX because the body names them)
 //   <T>* y                  [M, N]
 // Template ints: BITS (4 | 8), HALF, NT (8-column tiles per warp), MT (16-row
-// tiles: M <= 16 or M <= 32). Run-time: M, K, N, the group size K / groups
-// (32, 64 or 128) and the block's warps (1..8, splitting K), so that a model
-// needs few compiled variants (MLX compiles each on first use, seconds each).
+// tiles: M <= 16 or M <= 32). Run-time: M, K, N, the group size
+// K / groups (32, 64 or 128) and the block's warps (1..8, splitting K).
 //
 // The product runs on the tensor cores (mma.sync m16n8k16, f32 accumulate):
 // a warp computes a 16-row x 8-column tile per instruction, and rows past M
-// are zeros. Lane (g, t) (g = lane / 4, t = lane % 4) holds the 4-lane slice
-// t of the instruction's 16 k slots: this kernel gives each lane VALS
-// consecutive k values (one 16-byte load of packed weights for column g) and
-// feeds them to the instruction's slots 2t, 2t+1, 2t+8, 2t+9 four at a time;
-// the same k values of rows g and g+8 of x go in the A slots of that lane.
-// Permuting k identically in A and B leaves the product unchanged.
+// are zeros. Lane (g, t) (g = lane / 4, t = lane % 4) loads VALS consecutive
+// k values of column g (16 bytes of packed weights) and the same k values of
+// rows g and g + 8 of x, and feeds them to the instruction's k slots 2t, 2t+1,
+// 2t+8, 2t+9, a pair of values per register. Any permutation of k applied to
+// A and B alike leaves the product unchanged; the 4-bit path pairs value i of
+// a packed word with value i + 4 (below), and permutes x to match.
 //
 // Why rows do not depend on M: one output element is the sum, per mma, of its
 // own row of A times one column of B, added to its accumulator; which rows
 // exist changes which A registers hold zeros, never the instructions, their
-// order, or the k split. The warps and NT are chosen from the weight's shape only
-// (flashbar_mlx::row_invariant::qmm_launch), and the partial sums of the block's warps
-// are added in warp order. M = 17..32 runs a second 16-row tile beside the
-// first with the same instructions.
+// order, or the k split. NT and the warps are chosen from the weight's
+// shape only (flashbar_mlx::row_invariant::qmm_launch), and the partial sums
+// of the block's warps are added in warp order. M = 17..32 runs a second
+// 16-row tile beside the first with the same instructions.
 //
-// Dequantization: w = scale * q + bias in f32 (one fmaf), rounded to T, the
-// value MLX's own dequantize gives.
+// Dequantization (w = scale * q + bias), with no int-to-float conversion
+// (a quarter-rate instruction that bounded the first version of this kernel):
+// - 4 bits: (word >> 4i) & 0x000F000F | 0x4300 4300 is the bf16 pair
+//   (128 + q_i, 128 + q_(i+4)) (for f16, 0x6400: 1024 + q); one paired fma
+//   subtracts the 128 exactly, a second computes scale * q + bias, rounded
+//   once to the activations' type.
+// - 8 bits: byte i of a word becomes the f32 2^23 + q (one byte permute),
+//   2^23 is subtracted exactly, then fmaf(scale, q, bias) in f32 is rounded
+//   to the activations' type (the value MLX's own dequantize gives).
 
 constexpr int VALS = 128 / BITS;        // k values per lane per 16-byte load
 constexpr int CHUNK = 4 * VALS;         // k values of one warp step
-constexpr int MMAS = VALS / 4;          // instructions per load
-constexpr int PER_WORD = 32 / BITS;     // values per packed word
-constexpr unsigned int MASK = (1u << BITS) - 1u;
+constexpr int XV = VALS / 8;            // 16-byte loads of one row of x per chunk
 
 constexpr int MAX_WARPS = 8;
 
 const int M = x_shape[0];
 const int K = x_shape[1];
 const int N = w_shape[0];
-const int KW = K / PER_WORD;
+const int KW = K * BITS / 32;
 const int G = scales_shape[1];
 const int GS = K / G;
 const int warps = blockDim.x >> 5;
@@ -85,6 +89,34 @@ auto from_float = [](float v) -> unsigned short {
     return __bfloat16_as_ushort(__float2bfloat16_rn(v));
   }
 };
+// d = a * b + c on a pair of bf16 (f16) values, rounded once.
+auto fma2 = [](unsigned int a, unsigned int b, unsigned int c) -> unsigned int {
+  unsigned int d;
+  if constexpr (HALF) {
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  } else {
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  }
+  return d;
+};
+auto mma = [](float* d, unsigned int a0, unsigned int a1, unsigned int a2, unsigned int a3,
+              unsigned int b0, unsigned int b1) {
+  if constexpr (HALF) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+};
+// 128 + q (bf16) or 1024 + q (f16) in each half, and the pairs 1 and -128 (-1024).
+constexpr unsigned int MAGIC = HALF ? 0x64006400u : 0x43004300u;
+constexpr unsigned int ONES = HALF ? 0x3C003C00u : 0x3F803F80u;
+constexpr unsigned int MINUS_MAGIC = HALF ? 0xE400E400u : 0xC300C300u;
 
 float acc[MT][NT][4];
 #pragma unroll
@@ -98,8 +130,25 @@ const int chunks = (K + CHUNK - 1) / CHUNK;
 for (int c = warp; c < chunks; c += warps) {
   const int k0 = c * CHUNK + t * VALS;
   const bool live = k0 < K;
+  // The chunk's weights first: NT 16-byte loads a lane in flight while x is read.
+  uint4 q[NT];
+  unsigned short sc[NT], bi[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int n = n0 + nt * 8 + g;
+    if (live && n < N) {
+      q[nt] = __ldg(reinterpret_cast<const uint4*>(w + (size_t)n * KW + k0 * BITS / 32));
+      sc[nt] = ss[(size_t)n * G + k0 / GS];
+      bi[nt] = bs[(size_t)n * G + k0 / GS];
+    } else {
+      q[nt] = make_uint4(0u, 0u, 0u, 0u);
+      sc[nt] = 0;
+      bi[nt] = 0;
+    }
+  }
 
-  // A: rows g and g + 8 of each 16-row tile, this lane's VALS values as pairs.
+  // A: rows g and g + 8 of each 16-row tile, this lane's VALS values as
+  // pairs, in the order the weights' pairs come in (4 bits: value i with i + 4).
   unsigned int a[MT][2][VALS / 2];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -109,12 +158,19 @@ for (int c = warp; c < chunks; c += warps) {
       if (live && row < M) {
         const uint4* p = reinterpret_cast<const uint4*>(xs + (size_t)row * K + k0);
 #pragma unroll
-        for (int i = 0; i < VALS / 8; ++i) {
+        for (int i = 0; i < XV; ++i) {
           const uint4 v = p[i];
-          a[mt][h][4 * i] = v.x;
-          a[mt][h][4 * i + 1] = v.y;
-          a[mt][h][4 * i + 2] = v.z;
-          a[mt][h][4 * i + 3] = v.w;
+          if constexpr (BITS == 4) {
+            a[mt][h][4 * i] = __byte_perm(v.x, v.z, 0x5410);      // x0, x4
+            a[mt][h][4 * i + 1] = __byte_perm(v.x, v.z, 0x7632);  // x1, x5
+            a[mt][h][4 * i + 2] = __byte_perm(v.y, v.w, 0x5410);  // x2, x6
+            a[mt][h][4 * i + 3] = __byte_perm(v.y, v.w, 0x7632);  // x3, x7
+          } else {
+            a[mt][h][4 * i] = v.x;
+            a[mt][h][4 * i + 1] = v.y;
+            a[mt][h][4 * i + 2] = v.z;
+            a[mt][h][4 * i + 3] = v.w;
+          }
         }
       } else {
 #pragma unroll
@@ -124,43 +180,45 @@ for (int c = warp; c < chunks; c += warps) {
 
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    const int n = n0 + nt * 8 + g;
-    uint4 q = make_uint4(0u, 0u, 0u, 0u);
-    float scale = 0.0f, bias = 0.0f;
-    if (live && n < N) {
-      q = *reinterpret_cast<const uint4*>(w + (size_t)n * KW + k0 / PER_WORD);
-      scale = to_float(ss[(size_t)n * G + k0 / GS]);
-      bias = to_float(bs[(size_t)n * G + k0 / GS]);
-    }
-    const unsigned int words[4] = {q.x, q.y, q.z, q.w};
+    const unsigned int words[4] = {q[nt].x, q[nt].y, q[nt].z, q[nt].w};
+    if constexpr (BITS == 4) {
+      const unsigned int s2 = (unsigned int)sc[nt] * 0x10001u;
+      const unsigned int b2 = (unsigned int)bi[nt] * 0x10001u;
 #pragma unroll
-    for (int i = 0; i < MMAS; ++i) {
-      const unsigned int word = words[(4 * i) / PER_WORD];
-      const int shift = ((4 * i) % PER_WORD) * BITS;
-      const float w0 = fmaf(scale, (float)((word >> shift) & MASK), bias);
-      const float w1 = fmaf(scale, (float)((word >> (shift + BITS)) & MASK), bias);
-      const float w2 = fmaf(scale, (float)((word >> (shift + 2 * BITS)) & MASK), bias);
-      const float w3 = fmaf(scale, (float)((word >> (shift + 3 * BITS)) & MASK), bias);
-      const unsigned int b0 = pack(w0, w1);
-      const unsigned int b1 = pack(w2, w3);
+      for (int j = 0; j < 4; ++j) {
+        // Word j holds values 8j .. 8j+7 of the lane's VALS; pair p is (p, p + 4).
+        unsigned int v[4];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        float* d = acc[mt][nt];
-        if constexpr (HALF) {
-          asm volatile(
-              "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-              "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-              : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-              : "r"(a[mt][0][2 * i]), "r"(a[mt][1][2 * i]), "r"(a[mt][0][2 * i + 1]),
-                "r"(a[mt][1][2 * i + 1]), "r"(b0), "r"(b1));
-        } else {
-          asm volatile(
-              "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-              "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-              : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-              : "r"(a[mt][0][2 * i]), "r"(a[mt][1][2 * i]), "r"(a[mt][0][2 * i + 1]),
-                "r"(a[mt][1][2 * i + 1]), "r"(b0), "r"(b1));
+        for (int p = 0; p < 4; ++p) {
+          const unsigned int biased = ((words[j] >> (4 * p)) & 0x000F000Fu) | MAGIC;
+          v[p] = fma2(fma2(biased, ONES, MINUS_MAGIC), s2, b2);
         }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma(acc[mt][nt], a[mt][0][4 * j], a[mt][1][4 * j], a[mt][0][4 * j + 1], a[mt][1][4 * j + 1],
+              v[0], v[1]);
+          mma(acc[mt][nt], a[mt][0][4 * j + 2], a[mt][1][4 * j + 2], a[mt][0][4 * j + 3],
+              a[mt][1][4 * j + 3], v[2], v[3]);
+        }
+      }
+    } else {
+      const float scale = to_float(sc[nt]);
+      const float bias = to_float(bi[nt]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        // Word j holds values 4j .. 4j+3, in natural order.
+        float f[4];
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+          const float qv = __uint_as_float(__byte_perm(words[j], 0x4Bu, 0x4550 + p)) - 8388608.0f;
+          f[p] = fmaf(scale, qv, bias);
+        }
+        const unsigned int b0 = pack(f[0], f[1]);
+        const unsigned int b1 = pack(f[2], f[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          mma(acc[mt][nt], a[mt][0][2 * j], a[mt][1][2 * j], a[mt][0][2 * j + 1], a[mt][1][2 * j + 1],
+              b0, b1);
       }
     }
   }

@@ -74,7 +74,7 @@ def compile_ok(lib, source: str) -> str:
 
 def variants():
     qmm = (KERNELS / "qmm.cu").read_text()
-    for bits, half, tiles, row_tiles in itertools.product((4, 8), (0, 1), (1, 2), (1, 2)):
+    for bits, half, tiles, row_tiles in itertools.product((4, 8), (0, 1), (1, 2, 4), (1, 2)):
         t = "f16" if half else "bf16"
         yield (f"qmm bits={bits} half={half} NT={tiles} MT={row_tiles}", qmm,
                [("x", t), ("w", "u32"), ("scales", t), ("biases", t)], [("y", t)],
@@ -112,3 +112,21 @@ def test_a_broken_body_is_reported():
     # The check can fail: an undefined name is a compile error, with a log.
     log = compile_ok(nvrtc(), wrap("y[0] = undefined_name;", [], [("y", "f32")], []))
     assert "undefined_name" in log
+
+
+def test_the_python_launch_rule_is_the_rust_one():
+    """bench/gpu_kernels.py's `launch_qmm` (which bench/qmm_tune.py uses too)
+    mirrors `row_invariant::qmm_launch`: every case the Rust test pins gives
+    the same (NT, warps) here, so the GPU checks run the launches the engine
+    runs."""
+    import re
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gpu_kernels import launch_qmm
+
+    rust = (ROOT / "crates/flashbar-mlx/src/row_invariant/mod.rs").read_text()
+    cases = re.findall(r"assert_eq!\(qmm_launch\(([\d_]+), (\d+), (\d+)\), \((\d+), (\d+)\)\);", rust)
+    assert len(cases) >= 8, "the Rust launch table moved: update this pattern"
+    for n, k, bits, tiles, warps in cases:
+        got = launch_qmm(int(n.replace("_", "")), int(k), int(bits))
+        assert got == (int(tiles), int(warps)), (n, k, bits, got)

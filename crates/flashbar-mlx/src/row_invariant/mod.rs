@@ -62,13 +62,27 @@ pub fn takes_quantized(x: &Array, scales: &Array, group_size: i32, bits: i32) ->
 /// `(tiles, warps)`, 8-column tiles per warp and warps per block (each warp
 /// takes every `warps`-th chunk of k). From the weight's shape only, never
 /// from the number of rows, so every M sums in the same order.
-/// `bench/gpu_kernels.py` mirrors this rule.
+/// Chosen by `bench/qmm_tune.py` on the H200 (docs/gpu.md, "The quantized
+/// matmul"): four tiles (32 columns a block) where there are columns
+/// enough; then warps enough that the GPU (132 SMs) holds some 512 of them:
+/// 8 below 32 blocks, 4 below 256, 2 from 256 blocks on, except for 8-bit
+/// weights, whose warps walk twice the chunks and keep 4. Each warp keeps
+/// at least two chunks. `bench/gpu_kernels.py` mirrors this rule.
 pub fn qmm_launch(n: i32, k: i32, bits: i32) -> (i32, i32) {
     let chunk = 4 * (128 / bits);
     let chunks = (k + chunk - 1) / chunk;
-    let warps = (chunks / 2).clamp(1, 8);
-    let tiles = if n >= 2048 { 2 } else { 1 };
-    (tiles, warps)
+    let tiles = match n {
+        512.. => 4,
+        64..=511 => 2,
+        _ => 1,
+    };
+    let blocks = (n + 8 * tiles - 1) / (8 * tiles);
+    let wanted = match blocks {
+        ..=31 => 8,
+        256.. if bits == 4 => 2,
+        _ => 4,
+    };
+    (tiles, wanted.min(chunks / 2).max(1))
 }
 
 /// `x W^T` for MLX's affine-quantized `w` (transposed, as `quantized_matmul`
@@ -279,12 +293,19 @@ mod tests {
     /// `bench/gpu_kernels.py` (`launch_qmm`) reproduces on the GPU.
     #[test]
     fn the_launch_depends_on_the_weight_only() {
-        assert_eq!(qmm_launch(4096, 4096, 4), (2, 8));
-        assert_eq!(qmm_launch(768, 384, 8), (1, 3));
+        // 9B, 4 bits: q_proj (256 blocks), o_proj and mlp down (128), lm_head.
+        assert_eq!(qmm_launch(8192, 4096, 4), (4, 2));
+        assert_eq!(qmm_launch(4096, 4096, 4), (4, 4));
+        assert_eq!(qmm_launch(4096, 12288, 4), (4, 4));
+        assert_eq!(qmm_launch(248_320, 4096, 4), (4, 2));
+        // 8 bits keep 4 warps on wide layers.
+        assert_eq!(qmm_launch(248_320, 4096, 8), (4, 4));
+        assert_eq!(qmm_launch(2048, 4096, 4), (4, 4));
+        assert_eq!(qmm_launch(512, 2048, 4), (4, 8));
+        assert_eq!(qmm_launch(768, 384, 8), (4, 3));
         assert_eq!(qmm_launch(8, 384, 8), (1, 3));
-        assert_eq!(qmm_launch(2048, 512, 4), (2, 2));
-        assert_eq!(qmm_launch(248_320, 4096, 4), (2, 8));
-        assert_eq!(qmm_launch(128, 64, 8), (1, 1));
+        assert_eq!(qmm_launch(256, 2048, 4), (2, 8));
+        assert_eq!(qmm_launch(128, 64, 8), (2, 1));
     }
 
     #[test]
