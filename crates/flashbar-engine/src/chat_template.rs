@@ -213,7 +213,7 @@ fn render_here(template: &str, input: &ChatInput, max_output: usize) -> Result<S
     let refusal = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
     let env = environment(refusal.clone());
     let bad = |e: minijinja::Error| match refusal.lock().ok().and_then(|r| r.clone()) {
-        Some(message) => EngineError::param("messages", message),
+        Some(message) => EngineError::param("messages", escape_controls(&message)),
         None => EngineError::Template(one_line(&e)),
     };
     let template = env.template_from_str(template).map_err(bad)?;
@@ -382,6 +382,21 @@ impl Write for CappedBuffer {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// A refusal quotes what the request sent (Qwen's templates name an unknown
+/// role, which may hold a newline): control characters are written as
+/// escapes, so the error stays one line and still says what was sent.
+fn escape_controls(message: &str) -> String {
+    let mut line = String::with_capacity(message.len());
+    for c in message.chars() {
+        if c.is_control() {
+            line.extend(c.escape_default());
+        } else {
+            line.push(c);
+        }
+    }
+    line
 }
 
 fn one_line(error: &minijinja::Error) -> String {

@@ -66,6 +66,21 @@ fn raise_exception_becomes_an_error() {
 }
 
 #[test]
+fn a_refusal_quoting_a_newline_is_one_line() {
+    // Found by the fuzzer (fuzz/seeds/chat_template/refusal-newline-role.bin):
+    // a role with a newline in it, named by the template's refusal.
+    let messages = vec![Message::new("us</think>\n\nanswer\u{1}", "x")];
+    let template = "{{ raise_exception('unknown role ' ~ messages[0].role) }}";
+    let error = render(template, &messages, false).unwrap_err();
+    let text = error.to_string();
+    assert!(!text.contains('\n'), "{text}");
+    assert!(
+        text.contains(r"unknown role us</think>\n\nanswer\u{1}"),
+        "{text}"
+    );
+}
+
+#[test]
 fn syntax_errors_are_one_line() {
     let error = render("{% for %}", &user("x"), false).unwrap_err();
     let text = error.to_string();
