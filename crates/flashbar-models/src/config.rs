@@ -8,6 +8,9 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+mod rope_scaling;
+pub use rope_scaling::{Scaling, Yarn};
+
 /// Which of the two hybrid architectures a checkpoint holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Architecture {
@@ -97,7 +100,7 @@ pub struct Rope {
     pub dims: usize,
     pub theta: f32,
     /// Position scaling: linear (1 = none) or YaRN (`nn::rope`).
-    pub scaling: crate::nn::rope::Scaling,
+    pub scaling: Scaling,
 }
 
 #[derive(Clone, Debug)]
@@ -317,7 +320,7 @@ fn rope_of(text: &TextConfig) -> Result<Rope, String> {
     if let Some(f) = params.factor {
         put("factor", f.into());
     }
-    let scaling = crate::nn::rope::Scaling::parse(Some(&serde_json::Value::Object(object)))?;
+    let scaling = Scaling::parse(Some(&serde_json::Value::Object(object)))?;
     let theta = params.rope_theta.unwrap_or(100_000.0);
     require_finite("rope_theta", theta, false)?;
     Ok(Rope {

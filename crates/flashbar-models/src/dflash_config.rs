@@ -1,12 +1,12 @@
 //! A DFlash drafter's `config.json` (z-lab format; modal-labs checkpoints use
 //! the same keys), and the checks that it fits a target.
 
+use crate::config::Scaling;
 use crate::config::{
     require_at_most, require_finite, require_multiple, require_positive, ModelConfig, QuantParams,
     Quantization, MAX_LAYERS, MAX_SIZE,
 };
 use crate::error::{ModelError, Result};
-use crate::nn::rope::Scaling;
 use serde::Deserialize;
 use std::path::Path;
 

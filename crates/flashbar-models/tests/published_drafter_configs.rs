@@ -2,8 +2,8 @@
 //! README says where each was found) parse into what they say: layer kinds,
 //! window, causality, taps, mask token and rope.
 
+use flashbar_models::config::Scaling;
 use flashbar_models::dflash_config::LayerKind;
-use flashbar_models::nn::rope::Scaling;
 use flashbar_models::DrafterConfig;
 use std::path::PathBuf;
 

@@ -2,7 +2,7 @@
 //! where each was found) parse into their sizes and rope.
 
 use flashbar_models::config::ModelConfig;
-use flashbar_models::nn::rope::Scaling;
+use flashbar_models::config::Scaling;
 use std::path::PathBuf;
 
 fn parse(name: &str) -> ModelConfig {
