@@ -10,6 +10,7 @@ use crate::policy::block_size::BlockSizePolicy;
 use crate::policy::gate::{Gate, Plan};
 use crate::policy::thermal::ThermalSource;
 use crate::proposer::Proposer;
+use crate::reasoning::ReasoningSplitter;
 use crate::request::GenerateRequest;
 use crate::sampling::SamplingParams;
 use crate::sink::{per_second, Begin, FinishReason, Generation, Mode, RoundStats, Sink, Totals};
@@ -45,6 +46,10 @@ pub(crate) struct Decoding<'a, 'p> {
     /// the verify is causal and row-invariant: its first positions do not
     /// depend on the ones after them.
     pub whole_blocks: bool,
+    /// Chat prompts: whether the output starts inside a think block
+    /// (`reasoning::starts_inside`); None for a text prompt, whose output
+    /// is all answer.
+    pub thinking: Option<bool>,
 }
 
 /// One generation's state between rounds.
@@ -76,7 +81,11 @@ impl Decoding<'_, '_> {
         let started = Instant::now();
         let mut run = Run {
             cache: self.model.new_cache(),
-            emitter: Emitter::new(self.tokenizer, request.stop.clone()),
+            emitter: Emitter::new(
+                self.tokenizer,
+                request.stop.clone(),
+                self.thinking.map(ReasoningSplitter::new),
+            ),
             last: 0,
             generated: 0,
             finish: None,
@@ -101,6 +110,7 @@ impl Decoding<'_, '_> {
         if !go_on {
             return Ok(Generation {
                 text: String::new(),
+                reasoning: String::new(),
                 token_ids: Vec::new(),
                 finish_reason: FinishReason::Cancelled,
                 stats: Totals {
@@ -148,6 +158,7 @@ impl Decoding<'_, '_> {
                 }),
                 prompt_tokens: prompt.len(),
                 completion_tokens: completion,
+                reasoning_tokens: run.emitter.reasoning_tokens,
                 rounds: run.rounds,
                 accepted_tokens: run.accepted,
                 rejected_tokens: run.rejected,
@@ -161,6 +172,7 @@ impl Decoding<'_, '_> {
                 },
             },
             text: run.emitter.text,
+            reasoning: run.emitter.reasoning,
             token_ids: run.emitter.ids,
             finish_reason: finish,
         })

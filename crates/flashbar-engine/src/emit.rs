@@ -2,9 +2,13 @@
 //! reaches the sink with its origin and the UTF-8-safe text it released.
 //! Both decoding loops commit through here, one token at a time, so a block
 //! is cut at EOS / a stop sequence / max_tokens before anything past it shows.
+//! A chat's text then goes through the [`ReasoningSplitter`]: a thinking
+//! model's reasoning and its answer reach the sink apart
+//! (`docs/thinking-and-tools.md`).
 
 use crate::detokenize::StreamDecoder;
 use crate::error::Result;
+use crate::reasoning::{ReasoningSplitter, Split};
 use crate::sink::{Commit, FinishReason, Sink};
 use crate::stop::{StopMatcher, StopOutcome};
 use crate::tokenizer::TextTokenizer;
@@ -13,19 +17,55 @@ pub struct Emitter<'a> {
     tokenizer: &'a TextTokenizer,
     decoder: StreamDecoder,
     stop: StopMatcher,
+    /// None: the text is all answer (a text prompt).
+    splitter: Option<ReasoningSplitter>,
+    /// The answer.
     pub text: String,
+    /// The reasoning (empty unless the splitter found a think block).
+    pub reasoning: String,
+    /// Tokens committed inside the think block.
+    pub reasoning_tokens: usize,
     pub ids: Vec<u32>,
 }
 
 impl<'a> Emitter<'a> {
-    pub fn new(tokenizer: &'a TextTokenizer, stops: Vec<String>) -> Self {
+    /// `splitter`: separates reasoning from the answer (chat prompts).
+    pub fn new(
+        tokenizer: &'a TextTokenizer,
+        stops: Vec<String>,
+        splitter: Option<ReasoningSplitter>,
+    ) -> Self {
         Emitter {
             tokenizer,
             decoder: StreamDecoder::default(),
             stop: StopMatcher::new(stops),
+            splitter,
             text: String::new(),
+            reasoning: String::new(),
+            reasoning_tokens: 0,
             ids: Vec::new(),
         }
+    }
+
+    /// Splits released text into reasoning and answer, keeping both.
+    fn split(&mut self, text: String, last: bool) -> Split {
+        let mut split = match &mut self.splitter {
+            None => Split {
+                reasoning: String::new(),
+                content: text,
+            },
+            Some(splitter) => splitter.push(&text),
+        };
+        if last {
+            if let Some(splitter) = &mut self.splitter {
+                let tail = splitter.finish();
+                split.reasoning += &tail.reasoning;
+                split.content += &tail.content;
+            }
+        }
+        self.reasoning.push_str(&split.reasoning);
+        self.text.push_str(&split.content);
+        split
     }
 
     /// Commits `id`; `Some(Stop)` when it ends the generation (EOS is not
@@ -47,11 +87,19 @@ impl<'a> Emitter<'a> {
             StopOutcome::Continue(text) => (text, false),
             StopOutcome::Stopped(text) => (text, true),
         };
-        self.text.push_str(&text);
+        let split = self.split(text, stopped);
+        if self
+            .splitter
+            .as_ref()
+            .is_some_and(ReasoningSplitter::last_was_reasoning)
+        {
+            self.reasoning_tokens += 1;
+        }
         let go_on = sink.commit(&Commit {
             token: Some(id),
             from_draft,
-            text: &text,
+            reasoning: &split.reasoning,
+            text: &split.content,
         });
         Ok(match (stopped, go_on) {
             (true, _) => Some(FinishReason::Stop),
@@ -67,13 +115,14 @@ impl<'a> Emitter<'a> {
             StopOutcome::Continue(text) => text + &self.stop.finish(),
             StopOutcome::Stopped(text) => text,
         };
-        if !text.is_empty() {
-            self.text.push_str(&text);
+        let split = self.split(text, true);
+        if !(split.reasoning.is_empty() && split.content.is_empty()) {
             // The generation ends either way: what the sink answers is moot.
             sink.commit(&Commit {
                 token: None,
                 from_draft: false,
-                text: &text,
+                reasoning: &split.reasoning,
+                text: &split.content,
             });
         }
         Ok(())

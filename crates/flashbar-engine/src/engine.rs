@@ -6,6 +6,7 @@ use crate::error::{mlx_error, EngineError, Result};
 use crate::policy::gate::{Gate, GateConfig};
 use crate::policy::thermal::{system_source, ThermalSource};
 use crate::proposer::{DflashProposer, Proposer};
+use crate::reasoning;
 use crate::request::{GenerateRequest, Prompt, Speculation};
 use crate::sink::{Generation, Sink};
 use crate::tokenizer::TextTokenizer;
@@ -109,7 +110,16 @@ impl Engine {
         prompt: &Prompt,
         args: &chat_template::TemplateArgs,
     ) -> Result<Vec<u32>> {
-        let text = match prompt {
+        self.tokenizer.encode(&self.prompt_text(prompt, args)?)
+    }
+
+    /// A prompt's text: as given, or the chat template's rendering.
+    pub fn prompt_text(
+        &self,
+        prompt: &Prompt,
+        args: &chat_template::TemplateArgs,
+    ) -> Result<String> {
+        Ok(match prompt {
             Prompt::Text(text) => text.clone(),
             Prompt::Messages(messages) => {
                 let template = self.tokenizer.chat_template().ok_or_else(|| {
@@ -123,8 +133,7 @@ impl Engine {
                 }
                 chat_template::render_chat(template, &args.input(messages, true))?
             }
-        };
-        self.tokenizer.encode(&text)
+        })
     }
 
     /// Generates `request` into `sink`, which may stop it at any token.
@@ -153,7 +162,7 @@ impl Engine {
         proposer: Option<&mut dyn Proposer>,
         sink: &mut dyn Sink,
     ) -> Result<Generation> {
-        let (prompt, max_tokens) = self.prepare(request)?;
+        let (prompt, max_tokens, thinking) = self.prepare(request)?;
         // One generation at a time per engine: the gate's measurements
         // belong to this model on this machine.
         let mut gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
@@ -171,6 +180,7 @@ impl Engine {
             thermal: thermal.as_mut(),
             block_size: request.block_size,
             whole_blocks: self.whole_blocks.load(Ordering::Relaxed),
+            thinking,
         }
         .generate(&prompt, max_tokens, request, sink);
         // A step queued ahead and then dropped (a stop or a cancel) still
@@ -206,8 +216,10 @@ impl Engine {
     }
 
     /// Checks a request, templating and tokenizing its prompt (the one
-    /// place this happens): its prompt ids and the tokens it may generate.
-    fn prepare(&self, request: &GenerateRequest) -> Result<(Vec<u32>, usize)> {
+    /// place this happens): its prompt ids, the tokens it may generate, and
+    /// for a chat whether its output starts inside a think block (read off
+    /// the rendered prompt: `reasoning::starts_inside`).
+    fn prepare(&self, request: &GenerateRequest) -> Result<(Vec<u32>, usize, Option<bool>)> {
         request.sampling.validate()?;
         if request.block_size == Some(0) {
             return Err(EngineError::param(
@@ -221,7 +233,12 @@ impl Engine {
                 "max_tokens must be at least 1",
             ));
         }
-        let prompt = self.prompt_ids_with(&request.prompt, &request.template)?;
+        let text = self.prompt_text(&request.prompt, &request.template)?;
+        let thinking = match request.prompt {
+            Prompt::Text(_) => None,
+            Prompt::Messages(_) => Some(reasoning::starts_inside(&text)),
+        };
+        let prompt = self.tokenizer.encode(&text)?;
         let field = match request.prompt {
             Prompt::Text(_) => "prompt",
             Prompt::Messages(_) => "messages",
@@ -240,7 +257,7 @@ impl Engine {
             ));
         }
         let max_tokens = request.max_tokens.min(context - prompt.len());
-        Ok((prompt, max_tokens))
+        Ok((prompt, max_tokens, thinking))
     }
 }
 

@@ -39,6 +39,11 @@
 //!   downloads (the hub crate re-exports it).
 //! - **worker**, **job**, **event**: the engine thread, one queued
 //!   generation on it, and what the job reports ([`worker::Event`]).
+//! - **reasoning**: what a thinking model writes inside `<think>` ...
+//!   `</think>`, split from the **answer** (content) as it streams
+//!   ([`reasoning::ReasoningSplitter`], [`Commit::reasoning`],
+//!   [`Generation::reasoning`], [`Totals::reasoning_tokens`]; the API's
+//!   `reasoning_content`; `docs/thinking-and-tools.md`).
 //! - **doctor finding**: one check's outcome on a model folder or a pair
 //!   ([`doctor::Finding`]; the hub's `doctor::Finding` adds a status).
 
@@ -52,6 +57,7 @@ pub mod engine;
 pub mod error;
 pub mod policy;
 pub mod proposer;
+pub mod reasoning;
 pub mod request;
 pub mod sampling;
 pub mod sink;

@@ -83,7 +83,8 @@ pub struct Begin {
 }
 
 /// One committed token and the text it released, as the engine knows them
-/// at one moment.
+/// at one moment: a thinking model's reasoning and its answer apart
+/// (`docs/thinking-and-tools.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Commit<'a> {
     /// The token; None for text held back (an unfinished UTF-8 character,
@@ -91,8 +92,12 @@ pub struct Commit<'a> {
     pub token: Option<u32>,
     /// A draft proposed this token and the target accepted it.
     pub from_draft: bool,
-    /// Whole UTF-8 characters, stop sequences excluded; may be empty (the
-    /// token's text is held back and comes with a later commit).
+    /// Reasoning released: text inside the model's `<think>` block, tags
+    /// and the newlines around them removed; empty for text prompts.
+    pub reasoning: &'a str,
+    /// Answer released: whole UTF-8 characters, stop sequences excluded;
+    /// may be empty (the token's text is held back and comes with a later
+    /// commit, or is reasoning).
     pub text: &'a str,
 }
 
@@ -177,7 +182,10 @@ impl<A: Sink, B: Sink> Sink for Tee<A, B> {
 /// The outcome of one generation.
 #[derive(Clone, Debug, Serialize)]
 pub struct Generation {
+    /// The answer (without the reasoning).
     pub text: String,
+    /// The reasoning: what the model wrote inside its `<think>` block.
+    pub reasoning: String,
     pub token_ids: Vec<u32>,
     pub finish_reason: FinishReason,
     pub stats: Totals,
@@ -188,6 +196,8 @@ pub struct Totals {
     pub mode: Option<Mode>,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// Completion tokens inside the think block (its tags included).
+    pub reasoning_tokens: usize,
     pub rounds: usize,
     /// Drafted tokens the target accepted, over all DFlash rounds.
     pub accepted_tokens: usize,
@@ -221,6 +231,7 @@ mod tests {
         let commit = Commit {
             token: Some(7),
             from_draft: true,
+            reasoning: "",
             text: "x",
         };
         let mut tee = Tee(

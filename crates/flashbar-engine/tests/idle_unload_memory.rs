@@ -57,7 +57,7 @@ fn answer(worker: &Worker) -> (String, Option<u64>) {
     while let Some(event) = events.blocking_recv() {
         match event {
             Event::Started { reloaded_ms, .. } => reloaded = reloaded_ms,
-            Event::Text(_) => {}
+            Event::Text(_) | Event::Reasoning(_) => {}
             Event::Done(generation) => return (generation.text.clone(), reloaded),
             Event::Failed(error) => panic!("{error}"),
         }

@@ -246,6 +246,7 @@ mod tests {
     fn outcome() -> Generation {
         Generation {
             text: "hi".into(),
+            reasoning: String::new(),
             token_ids: vec![1, 2],
             finish_reason: FinishReason::Length,
             stats: Totals {

@@ -263,7 +263,7 @@ async fn start_answer(
         };
         let Some(event) = event else { break };
         match event {
-            Event::Started { .. } | Event::Text(_) => {}
+            Event::Started { .. } | Event::Text(_) | Event::Reasoning(_) => {}
             Event::Failed(error) => return Err(error.into()),
             Event::Done(outcome) => {
                 if let Some(record) = &record {

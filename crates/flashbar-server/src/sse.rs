@@ -70,7 +70,7 @@ pub fn respond(
                 () = crate::listen::cut(state.cut.clone()) => return None,
             };
             match event {
-                Some(Event::Started { .. }) => {}
+                Some(Event::Started { .. }) | Some(Event::Reasoning(_)) => {}
                 Some(Event::Text(text)) => {
                     let chunk = api::chunk(state.kind, &state.head, false, &text, None);
                     state.pending.push_back(data(chunk));

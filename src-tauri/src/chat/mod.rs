@@ -250,7 +250,7 @@ pub fn chat_send(
                     // The pair had been unloaded while idle.
                     let _ = app.emit("chat:reloaded", ReloadedEvent { job, ms });
                 }
-                Event::Started { .. } | Event::Text(_) => {}
+                Event::Started { .. } | Event::Text(_) | Event::Reasoning(_) => {}
             }
         }
         lock(&app.state::<Jobs>().cancels).remove(&job);

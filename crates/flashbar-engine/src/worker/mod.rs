@@ -50,8 +50,8 @@ impl Backend for Engine {
     }
 }
 
-/// What a job reports, in order: `Started` (or `Failed`), `Text`*, then
-/// `Done` or `Failed`.
+/// What a job reports, in order: `Started` (or `Failed`), `Reasoning`* and
+/// `Text`* as they come, then `Done` or `Failed`.
 #[derive(Debug)]
 pub enum Event {
     /// The request passed the engine's checks and generation began.
@@ -61,6 +61,9 @@ pub enum Event {
         /// for this request, taking this long.
         reloaded_ms: Option<u64>,
     },
+    /// Reasoning released (a thinking model's `<think>` block).
+    Reasoning(String),
+    /// Answer text released.
     Text(String),
     Done(Box<Generation>),
     Failed(EngineError),
@@ -475,6 +478,14 @@ impl Sink for ChannelSink<'_> {
     }
 
     fn commit(&mut self, commit: &Commit) -> bool {
+        if !commit.reasoning.is_empty()
+            && self
+                .events
+                .send(Event::Reasoning(commit.reasoning.into()))
+                .is_err()
+        {
+            return false;
+        }
         if !commit.text.is_empty() && self.events.send(Event::Text(commit.text.into())).is_err() {
             return false;
         }

@@ -249,6 +249,7 @@ fn answer(worker: &Worker) -> (Option<u64>, String) {
         match event {
             Event::Started { reloaded_ms, .. } => reloaded = reloaded_ms,
             Event::Text(delta) => text.push_str(&delta),
+            Event::Reasoning(r) => panic!("the echo stand-in has no reasoning: {r:?}"),
             Event::Done(outcome) => {
                 assert_eq!(outcome.text, text);
                 return (reloaded, text);
@@ -304,6 +305,7 @@ fn a_job_arriving_during_the_unload_waits_for_it_then_answers() {
         match event {
             Event::Started { reloaded_ms, .. } => reloaded = reloaded_ms,
             Event::Text(delta) => text.push_str(&delta),
+            Event::Reasoning(r) => panic!("the echo stand-in has no reasoning: {r:?}"),
             Event::Done(_) => break,
             Event::Failed(error) => panic!("{error}"),
         }
@@ -328,4 +330,38 @@ fn without_a_timeout_the_model_stays_and_a_timeout_set_later_applies() {
     wait_until("unloaded", || !worker.activity().loaded);
     assert!(answer(&worker).0.is_some());
     assert_eq!(loads.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn reasoning_and_answer_come_as_their_own_events() {
+    use super::echo::scripted_worker;
+    let reply = "Think hard.\n</think>\n\nThe answer.";
+    let worker = scripted_worker(vec![(String::new(), reply.into())], 3);
+    let mut r = GenerateRequest::new(Prompt::Messages(vec![crate::Message::new("user", "q")]));
+    r.template
+        .kwargs
+        .insert("enable_thinking".into(), serde_json::Value::Bool(true));
+    let mut events = worker.submit(r, CancelToken::default()).unwrap();
+    let (mut reasoning, mut text) = (String::new(), String::new());
+    while let Some(event) = events.blocking_recv() {
+        match event {
+            Event::Started { .. } => {}
+            Event::Reasoning(delta) => reasoning.push_str(&delta),
+            Event::Text(delta) => text.push_str(&delta),
+            Event::Done(outcome) => {
+                assert_eq!(
+                    (outcome.reasoning.as_str(), outcome.text.as_str()),
+                    (reasoning.as_str(), text.as_str())
+                );
+                // "Thi", "nk ", "har", "d.\n", "</t", "hin", "k>\n": 7 pieces touch the block.
+                assert_eq!(outcome.stats.reasoning_tokens, 7);
+                break;
+            }
+            Event::Failed(error) => panic!("{error}"),
+        }
+    }
+    assert_eq!(
+        (reasoning.as_str(), text.as_str()),
+        ("Think hard.", "The answer.")
+    );
 }
