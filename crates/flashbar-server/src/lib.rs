@@ -24,6 +24,7 @@ pub mod request_log;
 pub mod routes;
 pub mod server;
 pub mod sse;
+pub mod tool_calls;
 
 #[cfg(test)]
 mod hardening_tests;
