@@ -1,9 +1,13 @@
 //! The OpenAI wire format: request bodies (unknown fields are tolerated)
-//! and the response objects built from a [`Generation`].
+//! and the response objects built from a [`Generation`]: the answer in
+//! `content`, a thinking model's reasoning in `reasoning_content`, its
+//! tool calls in `tool_calls` (`docs/thinking-and-tools.md`).
 
+use crate::tool_calls::{self, Call};
 use flashbar_engine::{FinishReason, Generation, Speculation};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::hash::{BuildHasher, Hasher};
 
 /// Fields shared by chat and text completions.
 #[derive(Debug, Default, Deserialize)]
@@ -125,7 +129,7 @@ pub fn usage(generation: &Generation) -> Value {
         "completion_tokens": s.completion_tokens,
         "total_tokens": s.prompt_tokens + s.completion_tokens,
         "completion_tokens_details": {
-            "reasoning_tokens": 0,
+            "reasoning_tokens": s.reasoning_tokens,
             "accepted_prediction_tokens": s.accepted_tokens,
             "rejected_prediction_tokens": s.rejected_tokens,
         },
@@ -151,7 +155,51 @@ pub struct Head {
     pub model: String,
 }
 
-pub fn chat_completion(head: &Head, generation: &Generation) -> Value {
+/// A fresh tool call id, `call_` and 24 hex digits.
+pub fn call_id() -> String {
+    let hash = || {
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+    };
+    format!("call_{:016x}{:08x}", hash(), hash() as u32)
+}
+
+/// One whole call in OpenAI's shape.
+fn tool_call(call: Call) -> Value {
+    json!({
+        "id": call_id(),
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    })
+}
+
+/// A whole chat answer. With `tools` (the request sent some), tool calls
+/// are parsed out of the answer; `reasoning_content` is there when the
+/// model reasoned.
+pub fn chat_completion(head: &Head, generation: &Generation, tools: Option<&[Value]>) -> Value {
+    let (content, calls) = match tools {
+        Some(tools) => {
+            let parsed = tool_calls::parse(&generation.text, tools);
+            (parsed.content, parsed.calls)
+        }
+        None => (generation.text.clone(), Vec::new()),
+    };
+    let reason = if calls.is_empty() {
+        finish_reason(generation.finish_reason)
+    } else {
+        "tool_calls"
+    };
+    let mut message = json!({"role": "assistant", "content": content});
+    if !generation.reasoning.is_empty() {
+        message["reasoning_content"] = json!(generation.reasoning);
+    }
+    if !calls.is_empty() {
+        if content.is_empty() {
+            message["content"] = Value::Null;
+        }
+        message["tool_calls"] = calls.into_iter().map(tool_call).collect();
+    }
     json!({
         "id": head.id,
         "object": "chat.completion",
@@ -159,9 +207,9 @@ pub fn chat_completion(head: &Head, generation: &Generation) -> Value {
         "model": head.model,
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": generation.text},
+            "message": message,
             "logprobs": null,
-            "finish_reason": finish_reason(generation.finish_reason),
+            "finish_reason": reason,
         }],
         "usage": usage(generation),
         "flashbar": flashbar_stats(generation),
@@ -214,6 +262,18 @@ pub fn chunk(
         Kind::Text => json!({"index": 0, "text": text, "logprobs": null, "finish_reason": reason}),
     };
     chunk_with(kind, head, vec![choice])
+}
+
+/// A chat chunk carrying `delta` (reasoning, tool calls).
+pub fn chat_delta(head: &Head, delta: Value) -> Value {
+    let choice = json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": null});
+    chunk_with(Kind::Chat, head, vec![choice])
+}
+
+/// A chat's last chunk when it ends with tool calls.
+pub fn tool_calls_finish_chunk(head: &Head) -> Value {
+    let choice = json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": "tool_calls"});
+    chunk_with(Kind::Chat, head, vec![choice])
 }
 
 /// The final usage chunk (`stream_options.include_usage`): no choices.
@@ -307,7 +367,7 @@ mod tests {
         let usage = usage_chunk(Kind::Chat, &head, &outcome());
         assert_eq!(usage["choices"], json!([]));
         assert_eq!(usage["usage"]["prompt_tokens"], 5);
-        let done = chat_completion(&head, &outcome());
+        let done = chat_completion(&head, &outcome(), None);
         assert_eq!(done["choices"][0]["finish_reason"], "length");
         assert_eq!(done["object"], "chat.completion");
     }

@@ -30,6 +30,8 @@ pub mod tool_calls;
 mod hardening_tests;
 #[cfg(test)]
 mod request_log_tests;
+#[cfg(test)]
+mod thinking_tools_tests;
 
 pub use error::ApiError;
 pub use limits::Limits;

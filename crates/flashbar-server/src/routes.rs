@@ -218,6 +218,13 @@ async fn start_answer(
     record: Option<Record>,
 ) -> Result<(Response, u128), ApiError> {
     let submitted = Instant::now();
+    // The answer's tool calls are parsed only when the request sent tools.
+    let tools = parsed
+        .request
+        .template
+        .tools
+        .clone()
+        .filter(|tools| kind == Kind::Chat && !tools.is_empty());
     let cancel = CancelToken::default();
     let guard = CancelOnDrop(cancel.clone());
     let mut events = state.worker.submit_observed(
@@ -250,7 +257,10 @@ async fn start_answer(
             head,
             events,
             guard,
-            parsed.include_usage,
+            sse::Asked {
+                include_usage: parsed.include_usage,
+                tools,
+            },
             state.cut.clone(),
             record,
         );
@@ -270,7 +280,7 @@ async fn start_answer(
                     record.done(&outcome);
                 }
                 let body = match kind {
-                    Kind::Chat => api::chat_completion(&head, &outcome),
+                    Kind::Chat => api::chat_completion(&head, &outcome, tools.as_deref()),
                     Kind::Text => api::text_completion(&head, &outcome),
                 };
                 return Ok((Json(body).into_response(), waited));
