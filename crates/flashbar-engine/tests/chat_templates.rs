@@ -103,3 +103,66 @@ fn dflash_on_a_chat_prompt_gives_the_plain_tokens() {
         assert_eq!(tokens[0], tokens[1], "enable_thinking={enable_thinking}");
     }
 }
+
+/// Joins what the sink is shown, channel by channel.
+#[derive(Default)]
+struct Channels {
+    reasoning: String,
+    text: String,
+}
+
+impl Sink for Channels {
+    fn commit(&mut self, commit: &flashbar_engine::Commit) -> bool {
+        self.reasoning.push_str(commit.reasoning);
+        self.text.push_str(commit.text);
+        true
+    }
+}
+
+/// Thinking and tools on the real model (docs/thinking-and-tools.md):
+/// with thinking on, the prompt ends in an open `<think>`, so the output
+/// starts as reasoning; DFlash gives the same tokens, the same split and
+/// the same reasoning count as plain decoding, streamed and whole.
+#[test]
+fn dflash_with_tools_and_thinking_splits_as_plain_decoding_does() {
+    let engine = default_pair();
+    let mut args = TemplateArgs::default();
+    args.tools = Some(vec![json!({"type": "function", "function": {
+        "name": "run_python", "description": "Runs Python code.",
+        "parameters": {"type": "object", "properties": {"code": {"type": "string"}},
+                       "required": ["code"]}}})]);
+    let messages = vec![Message::new("user", "def add(a, b):")];
+    for enable_thinking in [false, true] {
+        let mut runs = Vec::new();
+        for speculation in [Speculation::Off, Speculation::Dflash] {
+            let mut request = GenerateRequest::new(Prompt::Messages(messages.clone()));
+            request.template = args.clone();
+            request
+                .template
+                .kwargs
+                .insert("enable_thinking".into(), json!(enable_thinking));
+            request.max_tokens = 40;
+            request.speculation = speculation;
+            request.block_size = Some(16);
+            let mut streamed = Channels::default();
+            let generation = engine.generate(&request, &mut streamed).unwrap();
+            assert_eq!(streamed.reasoning, generation.reasoning);
+            assert_eq!(streamed.text, generation.text);
+            runs.push((
+                generation.token_ids,
+                generation.reasoning,
+                generation.text,
+                generation.stats.reasoning_tokens,
+            ));
+        }
+        assert_eq!(runs[0], runs[1], "enable_thinking={enable_thinking}");
+        let (ids, reasoning, _, reasoning_tokens) = &runs[0];
+        assert!(!ids.is_empty());
+        if enable_thinking {
+            // The first token is inside the block the prompt opened.
+            assert!(*reasoning_tokens >= 1 && !reasoning.is_empty());
+        } else {
+            assert_eq!((*reasoning_tokens, reasoning.as_str()), (0, ""));
+        }
+    }
+}
