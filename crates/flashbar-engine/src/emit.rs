@@ -47,22 +47,28 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    /// Splits released text into reasoning and answer, keeping both.
-    fn split(&mut self, text: String, last: bool) -> Split {
-        let mut split = match &mut self.splitter {
+    /// Splits released text into reasoning and answer, keeping both, and
+    /// counts a token (`token`: the text is one token's, not the tail
+    /// released at the end) as reasoning when its text touched the block.
+    fn split(&mut self, text: String, token: bool, last: bool) -> Split {
+        let split = match &mut self.splitter {
             None => Split {
                 reasoning: String::new(),
                 content: text,
             },
-            Some(splitter) => splitter.push(&text),
-        };
-        if last {
-            if let Some(splitter) = &mut self.splitter {
-                let tail = splitter.finish();
-                split.reasoning += &tail.reasoning;
-                split.content += &tail.content;
+            Some(splitter) => {
+                let mut split = splitter.push(&text);
+                if token && splitter.last_was_reasoning() {
+                    self.reasoning_tokens += 1;
+                }
+                if last {
+                    let tail = splitter.finish();
+                    split.reasoning += &tail.reasoning;
+                    split.content += &tail.content;
+                }
+                split
             }
-        }
+        };
         self.reasoning.push_str(&split.reasoning);
         self.text.push_str(&split.content);
         split
@@ -87,14 +93,7 @@ impl<'a> Emitter<'a> {
             StopOutcome::Continue(text) => (text, false),
             StopOutcome::Stopped(text) => (text, true),
         };
-        let split = self.split(text, stopped);
-        if self
-            .splitter
-            .as_ref()
-            .is_some_and(ReasoningSplitter::last_was_reasoning)
-        {
-            self.reasoning_tokens += 1;
-        }
+        let split = self.split(text, true, stopped);
         let go_on = sink.commit(&Commit {
             token: Some(id),
             from_draft,
@@ -115,7 +114,7 @@ impl<'a> Emitter<'a> {
             StopOutcome::Continue(text) => text + &self.stop.finish(),
             StopOutcome::Stopped(text) => text,
         };
-        let split = self.split(text, true);
+        let split = self.split(text, false, true);
         if !(split.reasoning.is_empty() && split.content.is_empty()) {
             // The generation ends either way: what the sink answers is moot.
             sink.commit(&Commit {

@@ -156,11 +156,15 @@ fn dflash_with_tools_and_thinking_splits_as_plain_decoding_does() {
             ));
         }
         assert_eq!(runs[0], runs[1], "enable_thinking={enable_thinking}");
-        let (ids, reasoning, _, reasoning_tokens) = &runs[0];
+        let (ids, reasoning, text, reasoning_tokens) = &runs[0];
         assert!(!ids.is_empty());
         if enable_thinking {
             // The first token is inside the block the prompt opened.
             assert!(*reasoning_tokens >= 1 && !reasoning.is_empty());
+            // A block never closed: every token was reasoning.
+            if text.is_empty() {
+                assert_eq!(*reasoning_tokens, ids.len());
+            }
         } else {
             assert_eq!((*reasoning_tokens, reasoning.as_str()), (0, ""));
         }
