@@ -3,7 +3,11 @@
 
 export type Speculation = "auto" | "dflash" | "off";
 
-export type Message = { role: string, content: string, };
+export type Message = { role: string, content: string, 
+/**
+ * An earlier assistant turn's thinking, kept apart from its answer.
+ */
+reasoning_content?: string, };
 
 export type Mode = "ar" | "dflash";
 
@@ -46,7 +50,11 @@ gate: GateState | null, thermal: ThermalState, };
 
 export type FinishReason = "stop" | "length" | "cancelled";
 
-export type Totals = { mode: Mode | null, prompt_tokens: number, completion_tokens: number, rounds: number, 
+export type Totals = { mode: Mode | null, prompt_tokens: number, completion_tokens: number, 
+/**
+ * Completion tokens inside the think block (its tags included).
+ */
+reasoning_tokens: number, rounds: number, 
 /**
  * Drafted tokens the target accepted, over all DFlash rounds.
  */
@@ -66,7 +74,11 @@ elapsed_ms: number, error: string | null, };
 
 export type ChatRequest = { messages: Array<Message>, system: string, temperature: number, max_tokens: number, seed: number, };
 
-export type TokenEvent = { job: number, id: number | null, from_draft: boolean, text: string, };
+export type TokenEvent = { job: number, id: number | null, from_draft: boolean, 
+/**
+ * A thinking model's reasoning (docs/thinking-and-tools.md).
+ */
+reasoning: string, text: string, };
 
 export type RoundEvent = { job: number, mode: Mode, 
 /**
@@ -101,7 +113,7 @@ speedup: number | null,
  */
 gate: GateState | null, thermal: ThermalState, };
 
-export type DoneEvent = { job: number, finish_reason: FinishReason, text: string, stats: Totals, };
+export type DoneEvent = { job: number, finish_reason: FinishReason, reasoning: string, text: string, stats: Totals, };
 
 export type ErrorEvent = { job: number, error: string, };
 

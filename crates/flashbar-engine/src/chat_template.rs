@@ -30,15 +30,17 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 
 /// One chat message, as the template sees it: the fields are named and
-/// shaped as transformers passes them (docs/templates.md). Only `role` and
-/// `content` reach the app's UI; the rest come from API clients.
+/// shaped as transformers passes them (docs/templates.md). `role`,
+/// `content` and `reasoning_content` reach the app's UI (its chat sends an
+/// answer's reasoning back, docs/thinking-and-tools.md); the rest come from
+/// API clients.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 pub struct Message {
     pub role: String,
     pub content: String,
     /// An earlier assistant turn's thinking, kept apart from its answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[ts(skip)]
+    #[ts(optional)]
     pub reasoning_content: Option<String>,
     /// The functions an assistant turn called.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

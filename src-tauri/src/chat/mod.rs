@@ -1,6 +1,6 @@
 //! The chat: the UI sends a conversation, the engine worker streams the
 //! answer back as `chat:token` events (one per committed token: its id,
-//! `from_draft` and the text it released), one
+//! `from_draft` and the reasoning and answer text it released), one
 //! `chat:round` per decoding round (the metrics panel), then `chat:done`
 //! or `chat:error`. `chat_stop` cancels a running or queued answer.
 //! Requests to the local server report their rounds too ([`HttpRounds`]).
@@ -54,6 +54,8 @@ pub(crate) struct TokenEvent<'a> {
     job: u64,
     id: Option<u32>,
     from_draft: bool,
+    /// A thinking model's reasoning (docs/thinking-and-tools.md).
+    reasoning: &'a str,
     text: &'a str,
 }
 
@@ -72,6 +74,7 @@ pub(crate) struct DoneEvent<'a> {
     #[ts(type = "number")]
     job: u64,
     finish_reason: FinishReason,
+    reasoning: &'a str,
     text: &'a str,
     stats: &'a Totals,
 }
@@ -106,6 +109,7 @@ impl Sink for Observer {
             job: self.job,
             id: commit.token,
             from_draft: commit.from_draft,
+            reasoning: commit.reasoning,
             text: commit.text,
         };
         let _ = self.app.emit("chat:token", event);
@@ -259,6 +263,7 @@ pub fn chat_send(
                 let done = DoneEvent {
                     job,
                     finish_reason: generation.finish_reason,
+                    reasoning: &generation.reasoning,
                     text: &generation.text,
                     stats: &generation.stats,
                 };

@@ -40,6 +40,19 @@ describe("conversation history", () => {
     expect(dropLastAnswer(c)).toBe(false);
   });
 
+  it("sends an answer's reasoning back with it", () => {
+    const c = newConversation();
+    c.turns.push({ role: "user", segments: [{ text: "2+2?", fromDraft: false }] });
+    c.turns.push({ role: "assistant", segments: [{ text: "4", fromDraft: false }], reasoning: "Add them." });
+    expect(messagesOf(c)).toEqual([
+      { role: "user", content: "2+2?" },
+      { role: "assistant", content: "4", reasoning_content: "Add them." },
+    ]);
+    const storage = memory();
+    save(storage, c);
+    expect(loadAll(storage)[0]?.turns[1]?.reasoning).toBe("Add them.");
+  });
+
   it("titles a conversation by its first line", () => {
     expect(titleFrom("  def fib(n):\n  pass")).toBe("def fib(n):");
     expect(titleFrom("x".repeat(60))).toHaveLength(40);

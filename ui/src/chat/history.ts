@@ -10,6 +10,8 @@ export interface Turn {
   segments: Segment[];
   /** Set on answers: why they ended, or the error. */
   finish?: string;
+  /** A thinking model's reasoning before its answer (sent back with it). */
+  reasoning?: string;
 }
 
 export interface Conversation {
@@ -71,11 +73,19 @@ export function remove(storage: StoragePort, id: string): Conversation[] {
   return all;
 }
 
+/** A message the model is sent; an answer carries its reasoning back,
+ * which the chat template renders (docs/thinking-and-tools.md). */
+export interface OutMessage {
+  role: "user" | "assistant";
+  content: string;
+  reasoning_content?: string;
+}
+
 /** The messages the model is sent for the conversation's turns. */
-export function messagesOf(conversation: Conversation): { role: "user" | "assistant"; content: string }[] {
+export function messagesOf(conversation: Conversation): OutMessage[] {
   return conversation.turns
     .filter((t) => !(t.role === "assistant" && t.finish?.startsWith("error")))
-    .map((t) => ({ role: t.role, content: turnText(t) }));
+    .map((t) => (t.reasoning ? { role: t.role, content: turnText(t), reasoning_content: t.reasoning } : { role: t.role, content: turnText(t) }));
 }
 
 /** Drops the last answer so it can be asked again; false if there is none. */

@@ -1,6 +1,7 @@
 // The chat view: conversation history, system prompt and temperature, a
 // streaming answer (markdown, highlighted code, drafted text coloured),
-// stop and regenerate.
+// stop and regenerate. A thinking model's reasoning shows in a collapsed
+// "Thinking" section above its answer, and is kept with the answer.
 import { api, errorText, type DoneEvent, type ErrorEvent, type ReloadedEvent, type TokenEvent } from "../api";
 import { el } from "../dom";
 import {
@@ -17,6 +18,7 @@ import {
   type Turn,
 } from "./history";
 import { renderAnswer } from "./markdown";
+import { showThinking, thinkingSection } from "./thinking";
 
 type JobEvent =
   | { kind: "token"; e: TokenEvent }
@@ -48,6 +50,7 @@ export class ChatView {
   private reloaded: string | null = null;
   private sending = false;
   private answerNode: HTMLElement | null = null;
+  private thinkingNode: HTMLDetailsElement | null = null;
   private renderQueued = false;
 
   /** `storage`: where conversations are kept (saved.ts: the history file). */
@@ -114,6 +117,10 @@ export class ChatView {
       return;
     }
     if (event.kind === "token") {
+      if (event.e.reasoning) {
+        answer.reasoning = (answer.reasoning ?? "") + event.e.reasoning;
+        this.queueRender();
+      }
       if (!event.e.text) return;
       const last = answer.segments.at(-1);
       if (last && last.fromDraft === event.e.from_draft) last.text += event.e.text;
@@ -122,6 +129,7 @@ export class ChatView {
       return;
     }
     if (event.kind === "done") {
+      if (event.e.reasoning) answer.reasoning = event.e.reasoning;
       const s = event.e.stats;
       const drafted = s.completion_tokens ? Math.round((100 * s.accepted_tokens) / s.completion_tokens) : 0;
       answer.finish = `${event.e.finish_reason} · ${s.completion_tokens} tokens · ${s.tokens_per_second.toFixed(1)} tok/s · ${drafted}% from drafts`;
@@ -223,12 +231,14 @@ export class ChatView {
       this.renderQueued = false;
       const answer = this.conversation.turns.at(-1);
       if (this.answerNode && answer) renderAnswer(this.answerNode, answer.segments);
+      if (this.thinkingNode && answer) showThinking(this.thinkingNode, answer.reasoning);
       this.list.scrollTop = this.list.scrollHeight;
     });
   }
 
   private renderTurns(): void {
     this.list.replaceChildren();
+    this.thinkingNode = null;
     if (this.conversation.turns.length === 0) {
       this.list.append(el("p", { class: "empty", text: "Ask something to start. Text from accepted drafts is tinted." }));
     }
@@ -236,7 +246,13 @@ export class ChatView {
       const body = el("div", { class: "body" });
       if (turn.role === "user") body.textContent = turnText(turn);
       else renderAnswer(body, turn.segments);
-      const node = el("article", { class: `turn ${turn.role}`, "data-testid": `turn-${turn.role}` }, body);
+      const node = el("article", { class: `turn ${turn.role}`, "data-testid": `turn-${turn.role}` });
+      if (turn.role === "assistant") {
+        this.thinkingNode = thinkingSection();
+        showThinking(this.thinkingNode, turn.reasoning);
+        node.append(this.thinkingNode);
+      }
+      node.append(body);
       if (turn.finish) node.append(el("footer", { class: turn.finish.startsWith("error") ? "error" : "", text: turn.finish }));
       this.list.append(node);
       this.answerNode = body;
