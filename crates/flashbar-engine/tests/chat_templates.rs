@@ -126,11 +126,13 @@ impl Sink for Channels {
 #[test]
 fn dflash_with_tools_and_thinking_splits_as_plain_decoding_does() {
     let engine = default_pair();
-    let mut args = TemplateArgs::default();
-    args.tools = Some(vec![json!({"type": "function", "function": {
-        "name": "run_python", "description": "Runs Python code.",
-        "parameters": {"type": "object", "properties": {"code": {"type": "string"}},
-                       "required": ["code"]}}})]);
+    let args = TemplateArgs {
+        tools: Some(vec![json!({"type": "function", "function": {
+            "name": "run_python", "description": "Runs Python code.",
+            "parameters": {"type": "object", "properties": {"code": {"type": "string"}},
+                           "required": ["code"]}}})]),
+        ..TemplateArgs::default()
+    };
     let messages = vec![Message::new("user", "def add(a, b):")];
     for enable_thinking in [false, true] {
         let mut runs = Vec::new();
