@@ -54,11 +54,18 @@ enum SpeculationArg {
 }
 
 /// Writes text deltas to stdout as they come; a closed pipe (`| head`)
-/// stops the generation at the next token.
+/// stops the generation at the next token. A thinking model's reasoning
+/// (`--chat`, docs/thinking-and-tools.md) goes to stderr, so stdout holds
+/// only the answer.
 struct StdoutSink;
 
 impl Sink for StdoutSink {
     fn commit(&mut self, commit: &Commit) -> bool {
+        if !commit.reasoning.is_empty() {
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(commit.reasoning.as_bytes());
+            let _ = err.flush();
+        }
         if commit.text.is_empty() {
             return true;
         }
@@ -101,12 +108,14 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         let s = &result.stats;
         let json = serde_json::json!({
             "text": result.text,
+            "reasoning": result.reasoning,
             "token_ids": result.token_ids,
             "finish_reason": result.finish_reason,
             "stats": {
                 "mode": s.mode,
                 "prompt_tokens": s.prompt_tokens,
                 "completion_tokens": s.completion_tokens,
+                "reasoning_tokens": s.reasoning_tokens,
                 "rounds": s.rounds,
                 "accepted_tokens": s.accepted_tokens,
                 "mean_accept_len": s.mean_accept_len,
