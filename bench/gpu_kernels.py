@@ -117,11 +117,24 @@ def quantized(n, k, bits, gs, dtype, seed):
     return mx.quantize(w, group_size=gs, bits=bits)
 
 
-def check_qmm(quick: bool):
-    combos = [(8, 64, mx.bfloat16), (4, 64, mx.bfloat16)]
-    if not quick:
-        combos += [(4, 32, mx.bfloat16), (4, 128, mx.bfloat16), (8, 128, mx.bfloat16), (8, 32, mx.float16),
-                   (4, 64, mx.float16)]
+DTYPES = {"bf16": mx.bfloat16, "f16": mx.float16}
+
+
+def parse_combos(text: str):
+    """`4:32:bf16,8:64:f16` -> [(bits, group, dtype)]."""
+    combos = []
+    for item in text.split(","):
+        bits, group, dtype = item.split(":")
+        combos.append((int(bits), int(group), DTYPES[dtype]))
+    return combos
+
+
+def check_qmm(quick: bool, combos=None):
+    if combos is None:
+        combos = [(8, 64, mx.bfloat16), (4, 64, mx.bfloat16)]
+        if not quick:
+            combos += [(4, 32, mx.bfloat16), (4, 128, mx.bfloat16), (8, 128, mx.bfloat16), (8, 32, mx.float16),
+                       (4, 64, mx.float16)]
     for bits, gs, dtype in combos:
         for seed, (model, layer, k, n) in enumerate(SHAPES):
             if model == "embedded" and bits == 4 and quick:
@@ -249,11 +262,13 @@ def main():
     parser.add_argument("--quick", action="store_true", help="fewer quantization combinations")
     parser.add_argument("--variants", action="store_true", help="time other (NT, WARPS) launches too")
     parser.add_argument("--no-speed", action="store_true")
+    parser.add_argument("--combos", type=parse_combos, default=None,
+                        help="check only these quantizations, e.g. 4:32:bf16,8:64:f16 (bits:group:dtype)")
     args = parser.parse_args()
     # Where a stuck run waits (a kernel, a compile), every 60 s.
     faulthandler.dump_traceback_later(60, repeat=True)
     out(device=str(mx.default_device()), mlx=mx.__version__)
-    for step in (lambda: check_qmm(args.quick), check_attn, check_mlx_ops) + (() if args.no_speed else
+    for step in (lambda: check_qmm(args.quick, args.combos), check_attn, check_mlx_ops) + (() if args.no_speed else
                                                                 (lambda: speed_qmm(args.variants), speed_attn)):
         try:
             step()

@@ -37,7 +37,7 @@ SHAPES = {
 }
 
 
-def write_checkpoint(path: Path, shape: dict):
+def write_checkpoint(path: Path, shape: dict, dtype: str = "bfloat16"):
     from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
 
     text = dict(make_fixtures.TEXT, **shape)
@@ -47,6 +47,9 @@ def write_checkpoint(path: Path, shape: dict):
     model_class, args_class = _get_classes(config)
     mx.random.seed(0)
     model = model_class(args_class.from_dict(config))
+    # Published conversions keep bf16 scales, biases and norms; f32 ones
+    # would send every matmul to kernels that real checkpoints never meet.
+    model.set_dtype(getattr(mx, dtype))
     model, qconfig = quantize_model(model, config, 64, 4)
     save_model(path, model)
     save_config(qconfig, path / "config.json")
@@ -124,13 +127,15 @@ def main():
     parser.add_argument("--prompt-tokens", type=int, default=256)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16",
+                        help="the checkpoint's float type (published conversions: bfloat16)")
     parser.add_argument("--bandwidth", type=float, default=0.0,
                         help="memory bandwidth in GB/s for the roofline (4800 for an H200)")
     args = parser.parse_args()
     path = args.dir or Path("target/bench") / f"{args.shape}-4bit"
     if not (path / "config.json").is_file():
         started = time.time()
-        write_checkpoint(path, SHAPES[args.shape])
+        write_checkpoint(path, SHAPES[args.shape], args.dtype)
         print(f"wrote {path} in {time.time() - started:.0f} s", file=sys.stderr)
 
     prompt = prompt_text(args.prompt_tokens)
