@@ -133,6 +133,7 @@ export class ChatView {
       const s = event.e.stats;
       const drafted = s.completion_tokens ? Math.round((100 * s.accepted_tokens) / s.completion_tokens) : 0;
       answer.finish = `${event.e.finish_reason} · ${s.completion_tokens} tokens · ${s.tokens_per_second.toFixed(1)} tok/s · ${drafted}% from drafts`;
+      if (s.reasoning_tokens) answer.finish += ` · ${s.reasoning_tokens} thinking`;
     } else {
       answer.finish = `error: ${event.e.error}`;
     }
