@@ -44,13 +44,21 @@ pub fn check_target(dir: &Path) -> Vec<Finding> {
                     Some(q) => format!("{}-bit (group {})", q.bits, q.group_size),
                     None => "unquantized".to_owned(),
                 };
-                format!(
-                    "{kind}, {} layers, hidden {}, vocab {}, {quant}, {} tensors checked",
+                let mixed = mixed_bits(&config.quantization);
+                let mut detail = format!(
+                    "{kind}, {} layers, hidden {}, vocab {}, {quant}{mixed}, {} tensors checked",
                     t.num_hidden_layers,
                     t.hidden_size,
                     t.vocab_size,
                     checkpoint.tensors.len()
-                )
+                );
+                // Vision tower and MTP head: in the download, not loaded
+                // (docs/checkpoints.md).
+                if let Some(note) = checkpoint.skipped.note() {
+                    detail.push_str("; ");
+                    detail.push_str(&note);
+                }
+                detail
             })
             .map_err(|e| e.to_string()),
     );
@@ -82,6 +90,20 @@ pub fn check_target(dir: &Path) -> Vec<Finding> {
         Err(error) => add("tokenizer", Err(error.to_string())),
     }
     findings
+}
+
+/// ", N modules at other settings" when the config overrides some modules'
+/// quantization (mlx-lm's 8-bit MoE router gates), else "".
+fn mixed_bits(quantization: &flashbar_models::config::Quantization) -> String {
+    let others = quantization
+        .overrides
+        .values()
+        .filter(|params| **params != quantization.default)
+        .count();
+    match others {
+        0 => String::new(),
+        n => format!(", {n} modules at other settings"),
+    }
 }
 
 /// Whether a drafter folder fits the target folder, and why not.

@@ -2,8 +2,11 @@
 //! tensor is allocated, names normalized across HF and MLX layouts.
 //!
 //! Weights live in `model.safetensors`, or in the shards a
-//! `model.safetensors.index.json` names. Tensors of other heads (`mtp.*`) and
-//! of vision towers are ignored, as mlx-lm ignores them.
+//! `model.safetensors.index.json` names. Tensors of the multi-token-prediction
+//! head (any name with `mtp.`) and of vision towers (`vision_tower*`,
+//! `model.visual*`) are skipped, as mlx-lm's sanitize drops them, and
+//! counted in [`Checkpoint::skipped`] so `flashbar doctor` can say so
+//! (docs/checkpoints.md).
 
 use crate::error::{ModelError, Result};
 use mlx_rs::Array;
@@ -22,10 +25,95 @@ pub struct TensorInfo {
     pub file: PathBuf,
 }
 
+impl TensorInfo {
+    /// Bytes of its data (checked against the file by [`read_header`]).
+    pub fn bytes(&self) -> u64 {
+        let element = dtype_bytes(&self.dtype).unwrap_or(0) as u64;
+        self.shape
+            .iter()
+            .fold(element, |acc, &d| acc.saturating_mul(d as u64))
+    }
+}
+
 /// All tensors of a checkpoint, by normalized name.
 #[derive(Debug)]
 pub struct Checkpoint {
     pub tensors: BTreeMap<String, TensorInfo>,
+    /// What the files hold besides the text model, not loaded.
+    pub skipped: Skipped,
+}
+
+/// A part of a checkpoint the text model does not use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SkippedPart {
+    /// The vision encoder: `vision_tower.*` (mlx-vlm conversions) or
+    /// `model.visual.*` (HF checkpoints).
+    Vision,
+    /// The multi-token-prediction head (`mtp.*`, HF checkpoints).
+    Mtp,
+}
+
+/// How many tensors, and bytes, of one skipped part.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Count {
+    pub tensors: usize,
+    pub bytes: u64,
+}
+
+/// The tensors skipped while opening a checkpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Skipped {
+    pub vision: Count,
+    pub mtp: Count,
+}
+
+impl Skipped {
+    fn add(&mut self, part: SkippedPart, bytes: u64) {
+        let count = match part {
+            SkippedPart::Vision => &mut self.vision,
+            SkippedPart::Mtp => &mut self.mtp,
+        };
+        count.tensors += 1;
+        count.bytes += bytes;
+    }
+
+    /// One line for `flashbar doctor`, or None when nothing was skipped.
+    pub fn note(&self) -> Option<String> {
+        let parts: Vec<String> = [
+            (self.vision, "vision-tower"),
+            (self.mtp, "multi-token-prediction (MTP)"),
+        ]
+        .iter()
+        .filter(|(count, _)| count.tensors > 0)
+        .map(|(count, what)| {
+            format!(
+                "{} {what} tensors ({:.2} GB)",
+                count.tensors,
+                count.bytes as f64 / 1e9
+            )
+        })
+        .collect();
+        if parts.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "skipped {}: the text model does not use them (as mlx-lm's sanitize drops them)",
+            parts.join(" and ")
+        ))
+    }
+}
+
+/// Which skipped part a stored tensor (or quantized module) name belongs
+/// to, by mlx-lm's rules for Qwen3.5: a `vision_tower` or `model.visual`
+/// prefix, or `mtp.` anywhere in the name.
+pub fn skipped_part(name: &str) -> Option<SkippedPart> {
+    if name.starts_with("vision_tower") || name.starts_with("model.visual") {
+        Some(SkippedPart::Vision)
+    } else if name.contains("mtp.") {
+        Some(SkippedPart::Mtp)
+    } else {
+        None
+    }
 }
 
 /// Largest header we accept; real ones are a few MB at most.
@@ -34,9 +122,11 @@ const MAX_HEADER_BYTES: u64 = 100 << 20;
 impl Checkpoint {
     pub fn open(dir: &Path) -> Result<Self> {
         let mut tensors = BTreeMap::new();
+        let mut skipped = Skipped::default();
         for file in weight_files(dir)? {
             for (stored_name, info) in read_header(&file)? {
-                if is_ignored(&stored_name) {
+                if let Some(part) = skipped_part(&stored_name) {
+                    skipped.add(part, info.bytes());
                     continue;
                 }
                 let name = normalize_name(&stored_name);
@@ -47,7 +137,7 @@ impl Checkpoint {
                 }
             }
         }
-        Ok(Checkpoint { tensors })
+        Ok(Checkpoint { tensors, skipped })
     }
 
     /// Loads every tensor and reads its bytes now. MLX would read them
@@ -92,13 +182,6 @@ pub fn normalize_name(name: &str) -> String {
     } else {
         name.to_owned()
     }
-}
-
-fn is_ignored(name: &str) -> bool {
-    name.starts_with("mtp.")
-        || name.starts_with("model.mtp.")
-        || name.starts_with("model.visual.")
-        || name.starts_with("vision_tower.")
 }
 
 fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {

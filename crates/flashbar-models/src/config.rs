@@ -357,6 +357,11 @@ pub(crate) fn parse_quantization(root: &serde_json::Value) -> Result<Quantizatio
     }
     let mut overrides = BTreeMap::new();
     for (key, entry) in object {
+        // An mlx-vlm conversion may list its vision tower's modules; they
+        // are not loaded (checkpoint.rs), so their settings do not matter.
+        if crate::checkpoint::skipped_part(key).is_some() {
+            continue;
+        }
         let params = match entry {
             serde_json::Value::Bool(false) => None,
             serde_json::Value::Object(_) => Some(
@@ -428,6 +433,33 @@ mod tests {
         assert!(r.contains("linear_key_head_dim"), "{r}");
         let r = reason(with(|v| v["head_dim"] = 0.into()));
         assert!(r.contains("head_dim"), "{r}");
+    }
+
+    /// The `quantization` entries of modules the loader skips (an mlx-vlm
+    /// vision tower, an MTP head) are not read; a text module's still are.
+    #[test]
+    fn quantization_entries_of_skipped_modules_are_not_read() {
+        let parse = |key: &str| {
+            let mut value: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/../../models/default/target/config.json"
+                ))
+                .unwrap(),
+            )
+            .unwrap();
+            value["quantization"] = serde_json::json!({
+                "group_size": 64, "bits": 4, "mode": "affine",
+                key: {"group_size": 64, "bits": 7}
+            });
+            ModelConfig::parse(&value.to_string())
+        };
+        for skipped in ["vision_tower.blocks.0.attn.qkv", "language_model.mtp.fc"] {
+            let config = parse(skipped).unwrap();
+            assert!(config.quantization.overrides.is_empty(), "{skipped}");
+        }
+        let r = reason(parse("language_model.model.layers.0.mlp.gate"));
+        assert!(r.contains("unsupported quantization"), "{r}");
     }
 
     #[test]
