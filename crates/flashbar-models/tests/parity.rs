@@ -118,6 +118,34 @@ fn quantized_greedy_tokens_match_mlx_lm() {
     }
 }
 
+/// The published targets' layouts at small sizes (make_fixtures.py,
+/// `write_published_targets`; docs/checkpoints.md): Qwen3.5-9B's and
+/// Qwen3.6-35B-A3B's config keys, HF names with a vision tower and an MTP
+/// head, mlx-lm / mlx-vlm conversions with `language_model.` names, vision
+/// tower tensors, 8-bit router gates as per-layer overrides, and mixed bits
+/// with unquantized gates. Loaded through the same checked path, they give
+/// mlx-lm's logits and greedy tokens.
+#[test]
+fn published_target_layouts_match_mlx_lm() {
+    // f32 rounding: the HF 9B layout measured 1.09e-4 once (its prefill of
+    // 7), where the 35B one measures 2.0e-5 and the same 9B weights
+    // quantized 1.3e-5; a wrong tensor costs more than 0.1. So these two
+    // take twice the f32 bound.
+    for name in ["published-9b-hf-f32", "published-35b-a3b-hf-f32"] {
+        prefill_and_decode_match(name, 2.0 * F32_TOLERANCE);
+    }
+    for name in [
+        "published-9b-mlx-4bit",
+        "published-9b-mlx-8bit",
+        "published-35b-a3b-mlx-4bit",
+        "published-35b-a3b-mlx-8bit",
+        "published-35b-a3b-mlx-mixed",
+    ] {
+        prefill_and_decode_match(name, F32_TOLERANCE);
+        greedy_matches(name);
+    }
+}
+
 /// bf16 logits: both sides round every intermediate to bf16, in a different
 /// order of operations. The rounding error grows with the size of the hidden
 /// state, so it is measured relative to the largest logit, in units of bf16's
