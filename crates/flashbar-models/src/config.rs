@@ -1,7 +1,8 @@
 //! `config.json` of a Qwen3.5 / Qwen3.6 hybrid checkpoint, HF or MLX format.
 //!
 //! Multimodal checkpoints nest the language model under `text_config`; MLX
-//! quantized ones add `quantization` (defaults plus per-module overrides).
+//! quantized ones add `quantization` (defaults plus per-module overrides;
+//! docs/checkpoints.md has the published layouts).
 
 use crate::error::{ModelError, Result};
 use serde::Deserialize;
