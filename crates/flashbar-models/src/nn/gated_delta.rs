@@ -226,6 +226,12 @@ impl GatedDeltaNet {
             _ => None,
         };
 
+        // The recurrence sums in f32; its output goes on in the activations'
+        // type, as mlx-lm's does (`y.astype(q.dtype)`). Kept f32, it made
+        // the whole residual stream f32 from the first layer on in a bf16
+        // model: other rounding than mlx-lm's, and on CUDA every later
+        // matmul a f32 one (docs/dflash.md, "Activation types").
+        let y = y.as_dtype(q.dtype())?;
         let normed = rms_norm(&y, Some(&self.norm_weight), self.eps)?;
         let gated = silu(z.as_dtype(Dtype::Float32)?)?
             .multiply(normed.as_dtype(Dtype::Float32)?)?
