@@ -4,7 +4,7 @@
 use crate::config::{Rope, TextConfig};
 use crate::error::Result;
 use crate::nn::host;
-use crate::nn::linear::{row_kernels, Linear, Weights};
+use crate::nn::linear::{row_kernels, Fused, Linear, Weights};
 use flashbar_mlx::row_invariant;
 use mlx_rs::fast::{rms_norm, scaled_dot_product_attention, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
@@ -48,9 +48,8 @@ impl KvCache {
 }
 
 pub struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    /// `q_proj`, `k_proj`, `v_proj`.
+    qkv: Fused,
     o_proj: Linear,
     q_norm: Array,
     k_norm: Array,
@@ -75,9 +74,10 @@ impl Attention {
         rope: Rope,
     ) -> Result<Self> {
         Ok(Attention {
-            q_proj: Linear::load(weights, &format!("{path}.q_proj"))?,
-            k_proj: Linear::load(weights, &format!("{path}.k_proj"))?,
-            v_proj: Linear::load(weights, &format!("{path}.v_proj"))?,
+            qkv: Fused::load(
+                weights,
+                &["q", "k", "v"].map(|part| format!("{path}.{part}_proj")),
+            )?,
             o_proj: Linear::load(weights, &format!("{path}.o_proj"))?,
             q_norm: weights.take(&format!("{path}.q_norm.weight"))?,
             k_norm: weights.take(&format!("{path}.k_norm.weight"))?,
@@ -94,22 +94,15 @@ impl Attention {
     /// `x`: `[B, L, hidden]`; appends L positions to `cache`.
     pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
         let (b, l) = (x.shape()[0], x.shape()[1]);
-        let both = self
-            .q_proj
-            .forward(x)?
-            .reshape(&[b, l, self.num_heads, -1])?;
+        let qkv = self.qkv.forward(x)?;
+        let both = qkv[0].reshape(&[b, l, self.num_heads, -1])?;
         let halves = split_equal(&both, 2, -1)?;
         let gate = halves[1].reshape(&[b, l, -1])?;
         let queries =
             rms_norm(&halves[0], Some(&self.q_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
-        let keys = self
-            .k_proj
-            .forward(x)?
-            .reshape(&[b, l, self.num_kv_heads, -1])?;
+        let keys = qkv[1].reshape(&[b, l, self.num_kv_heads, -1])?;
         let keys = rms_norm(&keys, Some(&self.k_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
-        let values = self
-            .v_proj
-            .forward(x)?
+        let values = qkv[2]
             .reshape(&[b, l, self.num_kv_heads, -1])?
             .transpose_axes(&[0, 2, 1, 3])?;
 

@@ -9,7 +9,7 @@
 use crate::config::TextConfig;
 use crate::error::Result;
 use crate::nn::gated_delta_host;
-use crate::nn::linear::{row_kernels, Linear, Weights};
+use crate::nn::linear::{row_kernels, Fused, Linear, Weights};
 use flashbar_mlx::{device, gdn_kernels, row_invariant};
 use mlx_rs::fast::rms_norm;
 use mlx_rs::nn::{silu, softplus};
@@ -83,10 +83,9 @@ impl GdnTape {
 }
 
 pub struct GatedDeltaNet {
-    in_proj_qkv: Linear,
-    in_proj_z: Linear,
-    in_proj_b: Linear,
-    in_proj_a: Linear,
+    /// `in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`: maps of the
+    /// same input.
+    in_proj: Fused,
     /// `[conv_dim, K, 1]`, MLX's depthwise layout.
     conv_weight: Array,
     dt_bias: Array,
@@ -110,10 +109,10 @@ pub struct GatedDeltaNet {
 impl GatedDeltaNet {
     pub fn load(weights: &mut Weights, path: &str, config: &TextConfig) -> Result<Self> {
         Ok(GatedDeltaNet {
-            in_proj_qkv: Linear::load(weights, &format!("{path}.in_proj_qkv"))?,
-            in_proj_z: Linear::load(weights, &format!("{path}.in_proj_z"))?,
-            in_proj_b: Linear::load(weights, &format!("{path}.in_proj_b"))?,
-            in_proj_a: Linear::load(weights, &format!("{path}.in_proj_a"))?,
+            in_proj: Fused::load(
+                weights,
+                &["qkv", "z", "b", "a"].map(|part| format!("{path}.in_proj_{part}")),
+            )?,
             conv_weight: weights.take(&format!("{path}.conv1d.weight"))?,
             dt_bias: weights.take(&format!("{path}.dt_bias"))?,
             a_log: weights.take(&format!("{path}.A_log"))?,
@@ -152,10 +151,13 @@ impl GatedDeltaNet {
         let key_dim = hk * dk;
         let conv_dim = 2 * key_dim + hv * dv;
 
-        let qkv = self.in_proj_qkv.forward(x)?;
-        let z = self.in_proj_z.forward(x)?.reshape(&[b, s, hv, dv])?;
-        let beta = sigmoid(self.in_proj_b.forward(x)?)?;
-        let a = self.in_proj_a.forward(x)?;
+        let [qkv, z, b_proj, a]: [Array; 4] = self
+            .in_proj
+            .forward(x)?
+            .try_into()
+            .map_err(|_| mlx_rs::error::Exception::custom("in_proj gave other than 4 maps"))?;
+        let z = z.reshape(&[b, s, hv, dv])?;
+        let beta = sigmoid(&b_proj)?;
 
         let conv_state = match &state.conv {
             Some(c) => c.clone(),

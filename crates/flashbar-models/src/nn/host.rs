@@ -35,18 +35,7 @@ fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
             acc[l] += x[l] * y[l];
         }
     }
-    let mut width = LANES / 2;
-    while width > 0 {
-        for l in 0..width {
-            acc[l] += acc[l + width];
-        }
-        width /= 2;
-    }
-    let mut sum = acc[0];
-    for (x, y) in a[whole..].iter().zip(&b[whole..]) {
-        sum += x * y;
-    }
-    sum
+    fold_lanes(acc, &a[whole..], &b[whole..])
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -70,16 +59,95 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     dot_lanes(a, b)
 }
 
+/// Folds 16 lane sums in [`dot_lanes`]'s fixed tree and adds the tail
+/// (`x[whole..] . w[whole..]`) in order.
+#[inline(always)]
+fn fold_lanes(mut acc: [f32; LANES], x_tail: &[f32], w_tail: &[f32]) -> f32 {
+    let mut width = LANES / 2;
+    while width > 0 {
+        for l in 0..width {
+            acc[l] += acc[l + width];
+        }
+        width /= 2;
+    }
+    let mut sum = acc[0];
+    for (x, y) in x_tail.iter().zip(w_tail) {
+        sum += x * y;
+    }
+    sum
+}
+
+/// Four rows of `x` against one `w` at once, each bit for bit its own
+/// [`dot`]: the same lanes (two 8-float registers, a multiply then an add,
+/// never fused), the same fold. The four rows share each load of `w` and
+/// keep eight chains of additions in flight instead of two, so a verify's
+/// rows cost what the multiplies cost, not what one chain's latency does.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dot4_avx2(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let whole = w.len() / LANES * LANES;
+    let mut lo = [_mm256_setzero_ps(); 4];
+    let mut hi = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i < whole {
+        let w0 = _mm256_loadu_ps(w.as_ptr().add(i));
+        let w1 = _mm256_loadu_ps(w.as_ptr().add(i + 8));
+        for r in 0..4 {
+            let p = xs[r].as_ptr().add(i);
+            lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(_mm256_loadu_ps(p), w0));
+            hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(_mm256_loadu_ps(p.add(8)), w1));
+        }
+        i += LANES;
+    }
+    let mut sums = [0f32; 4];
+    for r in 0..4 {
+        let mut acc = [0f32; LANES];
+        _mm256_storeu_ps(acc.as_mut_ptr(), lo[r]);
+        _mm256_storeu_ps(acc.as_mut_ptr().add(8), hi[r]);
+        sums[r] = fold_lanes(acc, &xs[r][whole..], &w[whole..]);
+    }
+    sums
+}
+
+/// Four rows' [`dot`]s with `w`: together where the CPU has AVX2, one by
+/// one elsewhere; the same bits either way.
+#[inline]
+fn dot4(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") && xs.iter().all(|x| x.len() == w.len()) {
+            // SAFETY: the CPU has AVX2 and every row is as long as `w`
+            // (checked just above), so every load is in bounds.
+            return unsafe { dot4_avx2(xs, w) };
+        }
+    }
+    xs.map(|x| dot(x, w))
+}
+
+/// Input rows multiplied together against each weight row.
+const ROW_BLOCK: usize = 4;
+
 /// `out[m, n] = x[m, :] . w[n, :]` for `x` `[rows, k]` and `w` `[cols, k]`,
-/// both row-major. Each element is one [`dot`]: row-invariant by design.
+/// both row-major. Each element is bit for bit one [`dot`], however many
+/// rows come together: row-invariant by design.
 pub fn matmul_nt(x: &[f32], w: &[f32], k: usize, out: &mut [f32]) {
     let (rows, cols) = (x.len() / k, w.len() / k);
     debug_assert_eq!(out.len(), rows * cols);
-    // One weight row at a time against every input row: each weight is
-    // read from memory once per product, the inputs stay in cache.
+    // One weight row at a time against every input row (4 at once): each
+    // weight is read from memory once per product, the inputs stay in cache.
     let column = |w_n: &[f32], put: &mut dyn FnMut(usize, f32)| {
-        for m in 0..rows {
-            put(m, dot(&x[m * k..(m + 1) * k], w_n));
+        let row = |m: usize| &x[m * k..(m + 1) * k];
+        let mut m = 0;
+        while m + ROW_BLOCK <= rows {
+            let sums = dot4([row(m), row(m + 1), row(m + 2), row(m + 3)], w_n);
+            for (r, sum) in sums.into_iter().enumerate() {
+                put(m + r, sum);
+            }
+            m += ROW_BLOCK;
+        }
+        for m in m..rows {
+            put(m, dot(row(m), w_n));
         }
     };
     if rows * cols * k < PARALLEL_FROM {
@@ -186,6 +254,36 @@ pub fn linear(x: &Array, weight: &Array) -> Result<Array> {
     Ok(Array::from_slice(&out, &out_shape).as_dtype(x.dtype())?)
 }
 
+/// `x W^T` for the stacked weights of several maps of the same `x`
+/// (`weight` `[sum of cols, k]` f32), one array per map, in `x`'s dtype:
+/// one host product, one read of `x`, instead of one each. Each output is
+/// the same [`dot`] as the map's own product gives, so the values are bit
+/// for bit those of the maps one by one.
+pub fn linear_split(x: &Array, weight: &Array, cols: &[i32]) -> Result<Vec<Array>> {
+    let shape = x.shape().to_vec();
+    let k = *shape.last().unwrap_or(&1) as usize;
+    let all = weight.shape()[0] as usize;
+    let xs = host_f32(x)?;
+    let rows = xs.len() / k;
+    let mut out = vec![0f32; rows * all];
+    matmul_nt(&xs, weight.as_slice::<f32>(), k, &mut out);
+    let mut first = 0usize;
+    cols.iter()
+        .map(|&n| {
+            let n = n as usize;
+            let part: Vec<f32> = out
+                .chunks_exact(all)
+                .flat_map(|row| &row[first..first + n])
+                .copied()
+                .collect();
+            first += n;
+            let mut part_shape = shape.clone();
+            *part_shape.last_mut().unwrap() = n as i32;
+            Ok(Array::from_slice(&part, &part_shape).as_dtype(x.dtype())?)
+        })
+        .collect()
+}
+
 /// [`attention`] for MLX arrays: `q` `[1, heads, len, d]`, `k`, `v`
 /// `[1, kv_heads, total, d]`; returns `[1, heads, len, d]` in `q`'s dtype.
 pub fn causal_attention(q: &Array, k: &Array, v: &Array, scale: f32) -> Result<Array> {
@@ -223,6 +321,56 @@ mod tests {
                 (dot(&a, &b) as f64 - exact).abs() < 1e-4 * len as f64,
                 "{len}"
             );
+        }
+    }
+
+    #[test]
+    fn rows_dotted_together_are_each_rows_own_dot() {
+        for len in [1, 15, 16, 17, 64, 384, 1000] {
+            let w = values(len, 0.25);
+            let xs: Vec<Vec<f32>> = (0..4).map(|r| values(len, 3.0 + r as f32)).collect();
+            let together = dot4([&xs[0][..], &xs[1], &xs[2], &xs[3]], &w);
+            for r in 0..4 {
+                assert_eq!(
+                    together[r].to_bits(),
+                    dot(&xs[r], &w).to_bits(),
+                    "{len}, row {r}"
+                );
+                assert_eq!(
+                    together[r].to_bits(),
+                    dot_lanes(&xs[r], &w).to_bits(),
+                    "{len}, row {r}"
+                );
+            }
+        }
+    }
+
+    /// Maps stacked into one product give each map's own product, bit for
+    /// bit, in the input's shape and dtype.
+    #[test]
+    fn stacked_maps_give_each_maps_own_product() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let k = 384;
+        let cols = [96, 8, 200];
+        let parts: Vec<Array> = cols
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| Array::from_slice(&values(n * k, i as f32), &[n as i32, k as i32]))
+            .collect();
+        let stacked = mlx_rs::ops::concatenate(&parts, 0).unwrap();
+        stacked.eval().unwrap();
+        let x = Array::from_slice(&values(5 * k, 9.0), &[1, 5, k as i32])
+            .as_dtype(Dtype::Bfloat16)
+            .unwrap();
+        let cols = cols.map(|n| n as i32);
+        let split = linear_split(&x, &stacked, &cols).unwrap();
+        assert_eq!(split.len(), 3);
+        for (part, (weight, n)) in split.iter().zip(parts.iter().zip(cols)) {
+            weight.eval().unwrap();
+            let own = linear(&x, weight).unwrap();
+            assert_eq!(part.shape(), &[1, 5, n]);
+            assert_eq!(part.dtype(), Dtype::Bfloat16);
+            assert_eq!(host_f32(part).unwrap(), host_f32(&own).unwrap());
         }
     }
 

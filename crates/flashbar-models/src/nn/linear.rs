@@ -277,6 +277,51 @@ impl Linear {
     }
 }
 
+/// Several linear maps of one input (a layer's q/k/v, its gate and up
+/// projections). On the host path their weights are stacked at load and
+/// multiplied as one product: one read of the input and one hand-over from
+/// MLX instead of one per map, the values bit for bit those of the maps
+/// one by one (`host::linear_split`). Elsewhere each map runs on its own.
+pub struct Fused {
+    parts: Vec<Linear>,
+    /// The stacked f32 weights and each map's width, on the host path.
+    host: Option<(Array, Vec<i32>)>,
+}
+
+impl Fused {
+    pub fn load(weights: &mut Weights, paths: &[String]) -> Result<Self> {
+        let parts = paths
+            .iter()
+            .map(|path| Linear::load(weights, path))
+            .collect::<Result<Vec<_>>>()?;
+        let stackable: Option<Vec<&Array>> = parts
+            .iter()
+            .map(|part| match (&part.weight, &part.bias) {
+                (LinearWeight::Host { weight, .. }, None) => Some(weight),
+                _ => None,
+            })
+            .collect();
+        let Some(stack) = stackable.filter(|s| s.len() > 1) else {
+            return Ok(Fused { parts, host: None });
+        };
+        let cols = stack.iter().map(|w| w.shape()[0]).collect();
+        let stacked = mlx_rs::ops::concatenate(&stack, 0)?;
+        stacked.eval()?;
+        Ok(Fused {
+            parts: Vec::new(),
+            host: Some((stacked, cols)),
+        })
+    }
+
+    /// Each map of `x`, in the order of the paths it was loaded from.
+    pub fn forward(&self, x: &Array) -> Result<Vec<Array>> {
+        match &self.host {
+            Some((weight, cols)) => host::linear_split(x, weight, cols),
+            None => self.parts.iter().map(|part| part.forward(x)).collect(),
+        }
+    }
+}
+
 /// Token embedding; also the output head when the model ties them.
 pub struct Embedding {
     weight: LinearWeight,

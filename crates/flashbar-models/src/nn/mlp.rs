@@ -1,27 +1,30 @@
 //! The SwiGLU feed-forward block: `down(silu(gate(x)) * up(x))`.
 
 use crate::error::Result;
-use crate::nn::linear::{Linear, Weights};
+use crate::nn::linear::{Fused, Linear, Weights};
 use mlx_rs::nn::silu;
 use mlx_rs::Array;
 
 pub struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
+    /// `gate_proj` and `up_proj`.
+    gate_up: Fused,
     down_proj: Linear,
 }
 
 impl Mlp {
     pub fn load(weights: &mut Weights, path: &str) -> Result<Self> {
         Ok(Mlp {
-            gate_proj: Linear::load(weights, &format!("{path}.gate_proj"))?,
-            up_proj: Linear::load(weights, &format!("{path}.up_proj"))?,
+            gate_up: Fused::load(
+                weights,
+                &["gate", "up"].map(|part| format!("{path}.{part}_proj")),
+            )?,
             down_proj: Linear::load(weights, &format!("{path}.down_proj"))?,
         })
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        let hidden = silu(self.gate_proj.forward(x)?)?.multiply(self.up_proj.forward(x)?)?;
+        let gate_up = self.gate_up.forward(x)?;
+        let hidden = silu(&gate_up[0])?.multiply(&gate_up[1])?;
         self.down_proj.forward(&hidden)
     }
 }
