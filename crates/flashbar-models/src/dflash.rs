@@ -15,7 +15,7 @@ use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::dflash_config::DrafterConfig;
 use crate::error::{ModelError, Result};
-use crate::nn::linear::{row_kernels, Linear, Weights};
+use crate::nn::linear::{row_kernels, Fused, Linear, Weights};
 use crate::nn::mlp::Mlp;
 use crate::Model;
 use flashbar_mlx::row_invariant;
@@ -41,9 +41,8 @@ struct DraftLayer {
 }
 
 struct DraftAttention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    /// `q_proj`, `k_proj`, `v_proj`.
+    qkv: Fused,
     o_proj: Linear,
     q_norm: Array,
     k_norm: Array,
@@ -92,9 +91,10 @@ impl Drafter {
             let a = format!("{p}.self_attn");
             layers.push(DraftLayer {
                 attention: DraftAttention {
-                    q_proj: Linear::load(&mut weights, &format!("{a}.q_proj"))?,
-                    k_proj: Linear::load(&mut weights, &format!("{a}.k_proj"))?,
-                    v_proj: Linear::load(&mut weights, &format!("{a}.v_proj"))?,
+                    qkv: Fused::load(
+                        &mut weights,
+                        &["q", "k", "v"].map(|part| format!("{a}.{part}_proj")),
+                    )?,
                     o_proj: Linear::load(&mut weights, &format!("{a}.o_proj"))?,
                     q_norm: weights.take(&format!("{a}.q_norm.weight"))?,
                     k_norm: weights.take(&format!("{a}.k_norm.weight"))?,
@@ -233,24 +233,35 @@ impl DraftAttention {
         let s = context.shape()[1];
         let block_start = start + s_all;
         let eps = config.rms_norm_eps;
-        let heads = |t: Array, n: i32, rows: i32| t.reshape(&[b, rows, n, -1]);
-        let queries = rms_norm(
-            &heads(self.q_proj.forward(x)?, self.heads, l)?,
-            Some(&self.q_norm),
-            eps,
-        )?
-        .transpose_axes(&[0, 2, 1, 3])?;
+        let heads = |t: &Array, n: i32, rows: i32| t.reshape(&[b, rows, n, -1]);
+        // q/k/v of the block and k/v of the new context rows. On the host
+        // path the rows go stacked through one product (context first; its
+        // q is not used): the same values as two, one hand-over fewer.
+        let ([q_x, k_x, v_x], [k_ctx, v_ctx]) =
+            if self.qkv.is_host() && s > 0 && context.dtype() == x.dtype() {
+                let [q, k, v] = three(self.qkv.forward(&concatenate(&[&context, x], 1)?)?)?;
+                let (ctx, block) = (
+                    |t: &Array| t.index((.., ..s)),
+                    |t: &Array| t.index((.., s..)),
+                );
+                ([block(&q), block(&k), block(&v)], [ctx(&k), ctx(&v)])
+            } else {
+                let of = |i: usize, t: &Array| self.qkv.forward_one(i, t);
+                (
+                    [of(0, x)?, of(1, x)?, of(2, x)?],
+                    [of(1, &context)?, of(2, &context)?],
+                )
+            };
+        let queries = rms_norm(&heads(&q_x, self.heads, l)?, Some(&self.q_norm), eps)?
+            .transpose_axes(&[0, 2, 1, 3])?;
         let project_keys = |t: &Array, rows: i32| -> Result<Array> {
-            Ok(rms_norm(
-                &heads(self.k_proj.forward(t)?, self.kv_heads, rows)?,
-                Some(&self.k_norm),
-                eps,
-            )?
-            .transpose_axes(&[0, 2, 1, 3])?)
+            Ok(
+                rms_norm(&heads(t, self.kv_heads, rows)?, Some(&self.k_norm), eps)?
+                    .transpose_axes(&[0, 2, 1, 3])?,
+            )
         };
         let project_values = |t: &Array, rows: i32| -> Result<Array> {
-            Ok(heads(self.v_proj.forward(t)?, self.kv_heads, rows)?
-                .transpose_axes(&[0, 2, 1, 3])?)
+            Ok(heads(t, self.kv_heads, rows)?.transpose_axes(&[0, 2, 1, 3])?)
         };
         let rotate = |t: &Array, offset: i32| -> Result<Array> {
             crate::nn::rope::apply(
@@ -262,10 +273,10 @@ impl DraftAttention {
             )
         };
         let queries = rotate(&queries, block_start)?;
-        let block_keys = rotate(&project_keys(x, l)?, block_start)?;
-        let block_values = project_values(x, l)?;
-        let new_keys = rotate(&project_keys(&context, s)?, context_start)?;
-        let new_values = project_values(&context, s)?;
+        let block_keys = rotate(&project_keys(&k_x, l)?, block_start)?;
+        let block_values = project_values(&v_x, l)?;
+        let new_keys = rotate(&project_keys(&k_ctx, s)?, context_start)?;
+        let new_values = project_values(&v_ctx, s)?;
         let (ctx_keys, ctx_values) = match (&kv.keys, &kv.values) {
             (Some(k), Some(v)) if s > 0 => (
                 concatenate(&[k, &new_keys], 2)?,
@@ -322,4 +333,10 @@ impl DraftAttention {
         }
         Ok(Some(Array::from_slice(&allowed, &[l, total])))
     }
+}
+
+/// The three maps of a q/k/v [`Fused`].
+fn three(maps: Vec<Array>) -> Result<[Array; 3]> {
+    maps.try_into()
+        .map_err(|_| mlx_rs::error::Exception::custom("q/k/v gave other than 3 maps").into())
 }

@@ -313,6 +313,23 @@ impl Fused {
         })
     }
 
+    /// Whether the maps are one host product (the CPU path), so that
+    /// stacking rows of several inputs costs one hand-over, not several.
+    pub fn is_host(&self) -> bool {
+        self.host.is_some()
+    }
+
+    /// Map `i` alone (all of them on the host path, where they are one
+    /// product).
+    pub fn forward_one(&self, i: usize, x: &Array) -> Result<Array> {
+        match self.parts.get(i) {
+            Some(part) if self.host.is_none() => part.forward(x),
+            _ => self.forward(x)?.into_iter().nth(i).ok_or_else(|| {
+                mlx_rs::error::Exception::custom(format!("no map {i} in a fused linear")).into()
+            }),
+        }
+    }
+
     /// Each map of `x`, in the order of the paths it was loaded from.
     pub fn forward(&self, x: &Array) -> Result<Vec<Array>> {
         match &self.host {
