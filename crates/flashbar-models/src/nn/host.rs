@@ -11,6 +11,7 @@
 //! what any one row computes.
 
 use crate::error::Result;
+use half::bf16;
 use mlx_rs::{Array, Dtype};
 use rayon::prelude::*;
 
@@ -21,10 +22,32 @@ const LANES: usize = 16;
 /// decode step's small projections cost less than handing them out.
 const PARALLEL_FROM: usize = 1 << 17;
 
+/// A weight value as the kernels read it: f32, or bf16, which widens to
+/// f32 exactly (a shift), so a product over bf16-stored weights is bit for
+/// bit the product over the same values stored as f32, at half the bytes
+/// a decode step reads.
+pub trait Weight: Copy + Send + Sync {
+    fn widen(self) -> f32;
+}
+
+impl Weight for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl Weight for bf16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        f32::from_bits((self.to_bits() as u32) << 16)
+    }
+}
+
 /// `sum_i a[i] b[i]` in a fixed order (16 lanes, then a fixed tree, then
 /// the tail in order).
 #[inline(always)]
-fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
+fn dot_lanes<W: Weight>(a: &[f32], b: &[W]) -> f32 {
     let mut acc = [0f32; LANES];
     let whole = a.len() / LANES * LANES;
     for (x, y) in a[..whole]
@@ -32,7 +55,7 @@ fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
         .zip(b[..whole].chunks_exact(LANES))
     {
         for l in 0..LANES {
-            acc[l] += x[l] * y[l];
+            acc[l] += x[l] * y[l].widen();
         }
     }
     fold_lanes(acc, &a[whole..], &b[whole..])
@@ -40,14 +63,14 @@ fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+unsafe fn dot_avx2<W: Weight>(a: &[f32], b: &[W]) -> f32 {
     dot_lanes(a, b)
 }
 
 /// [`dot_lanes`], compiled for AVX2 where the CPU has it: the same
 /// operations in the same order, so the same bits, only wider registers.
 #[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub fn dot<W: Weight>(a: &[f32], b: &[W]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
     {
@@ -62,7 +85,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// Folds 16 lane sums in [`dot_lanes`]'s fixed tree and adds the tail
 /// (`x[whole..] . w[whole..]`) in order.
 #[inline(always)]
-fn fold_lanes(mut acc: [f32; LANES], x_tail: &[f32], w_tail: &[f32]) -> f32 {
+fn fold_lanes<W: Weight>(mut acc: [f32; LANES], x_tail: &[f32], w_tail: &[W]) -> f32 {
     let mut width = LANES / 2;
     while width > 0 {
         for l in 0..width {
@@ -72,9 +95,35 @@ fn fold_lanes(mut acc: [f32; LANES], x_tail: &[f32], w_tail: &[f32]) -> f32 {
     }
     let mut sum = acc[0];
     for (x, y) in x_tail.iter().zip(w_tail) {
-        sum += x * y;
+        sum += x * y.widen();
     }
     sum
+}
+
+/// Eight weights widened into one AVX2 register.
+#[cfg(target_arch = "x86_64")]
+pub trait Load8: Weight {
+    /// # Safety
+    /// AVX2, and 8 values readable at `p`.
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Load8 for f32 {
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> std::arch::x86_64::__m256 {
+        std::arch::x86_64::_mm256_loadu_ps(p)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Load8 for bf16 {
+    #[inline(always)]
+    unsafe fn load8(p: *const bf16) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        let halves = _mm_loadu_si128(p as *const __m128i);
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16))
+    }
 }
 
 /// Four rows of `x` against one `w` at once, each bit for bit its own
@@ -84,15 +133,15 @@ fn fold_lanes(mut acc: [f32; LANES], x_tail: &[f32], w_tail: &[f32]) -> f32 {
 /// rows cost what the multiplies cost, not what one chain's latency does.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn dot4_avx2(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+unsafe fn dot4_avx2<W: Load8>(xs: [&[f32]; 4], w: &[W]) -> [f32; 4] {
     use std::arch::x86_64::*;
     let whole = w.len() / LANES * LANES;
     let mut lo = [_mm256_setzero_ps(); 4];
     let mut hi = [_mm256_setzero_ps(); 4];
     let mut i = 0;
     while i < whole {
-        let w0 = _mm256_loadu_ps(w.as_ptr().add(i));
-        let w1 = _mm256_loadu_ps(w.as_ptr().add(i + 8));
+        let w0 = W::load8(w.as_ptr().add(i));
+        let w1 = W::load8(w.as_ptr().add(i + 8));
         for r in 0..4 {
             let p = xs[r].as_ptr().add(i);
             lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(_mm256_loadu_ps(p), w0));
@@ -110,10 +159,21 @@ unsafe fn dot4_avx2(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
     sums
 }
 
+/// The weight types the kernels take: [`Weight`], and on x86-64 the AVX2
+/// load of eight of them.
+#[cfg(target_arch = "x86_64")]
+pub trait HostWeight: Load8 {}
+#[cfg(target_arch = "x86_64")]
+impl<W: Load8> HostWeight for W {}
+#[cfg(not(target_arch = "x86_64"))]
+pub trait HostWeight: Weight {}
+#[cfg(not(target_arch = "x86_64"))]
+impl<W: Weight> HostWeight for W {}
+
 /// Four rows' [`dot`]s with `w`: together where the CPU has AVX2, one by
 /// one elsewhere; the same bits either way.
 #[inline]
-fn dot4(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+fn dot4<W: HostWeight>(xs: [&[f32]; 4], w: &[W]) -> [f32; 4] {
     #[cfg(target_arch = "x86_64")]
     {
         if std::is_x86_feature_detected!("avx2") && xs.iter().all(|x| x.len() == w.len()) {
@@ -131,12 +191,12 @@ const ROW_BLOCK: usize = 4;
 /// `out[m, n] = x[m, :] . w[n, :]` for `x` `[rows, k]` and `w` `[cols, k]`,
 /// both row-major. Each element is bit for bit one [`dot`], however many
 /// rows come together: row-invariant by design.
-pub fn matmul_nt(x: &[f32], w: &[f32], k: usize, out: &mut [f32]) {
+pub fn matmul_nt<W: HostWeight>(x: &[f32], w: &[W], k: usize, out: &mut [f32]) {
     let (rows, cols) = (x.len() / k, w.len() / k);
     debug_assert_eq!(out.len(), rows * cols);
     // One weight row at a time against every input row (4 at once): each
     // weight is read from memory once per product, the inputs stay in cache.
-    let column = |w_n: &[f32], put: &mut dyn FnMut(usize, f32)| {
+    let column = |w_n: &[W], put: &mut dyn FnMut(usize, f32)| {
         let row = |m: usize| &x[m * k..(m + 1) * k];
         let mut m = 0;
         while m + ROW_BLOCK <= rows {
@@ -240,7 +300,16 @@ pub fn host_f32(array: &Array) -> Result<Vec<f32>> {
     Ok(array.as_slice::<f32>().to_vec())
 }
 
-/// `x W^T` for `x` `[..., k]` and `weight` `[n, k]` f32 (evaluated,
+/// [`matmul_nt`] by an evaluated, contiguous weight array stored as f32
+/// or bf16 (`linear::LinearWeight::Host`).
+fn matmul_weight(x: &[f32], weight: &Array, k: usize, out: &mut [f32]) {
+    match weight.dtype() {
+        Dtype::Bfloat16 => matmul_nt(x, weight.as_slice::<bf16>(), k, out),
+        _ => matmul_nt(x, weight.as_slice::<f32>(), k, out),
+    }
+}
+
+/// `x W^T` for `x` `[..., k]` and `weight` `[n, k]` f32 or bf16 (evaluated,
 /// contiguous), in `x`'s dtype.
 pub fn linear(x: &Array, weight: &Array) -> Result<Array> {
     let shape = x.shape().to_vec();
@@ -248,7 +317,7 @@ pub fn linear(x: &Array, weight: &Array) -> Result<Array> {
     let cols = weight.shape()[0];
     let xs = host_f32(x)?;
     let mut out = vec![0f32; xs.len() / k * cols as usize];
-    matmul_nt(&xs, weight.as_slice::<f32>(), k, &mut out);
+    matmul_weight(&xs, weight, k, &mut out);
     let mut out_shape = shape;
     *out_shape.last_mut().unwrap() = cols;
     Ok(Array::from_slice(&out, &out_shape).as_dtype(x.dtype())?)
@@ -266,7 +335,7 @@ pub fn linear_split(x: &Array, weight: &Array, cols: &[i32]) -> Result<Vec<Array
     let xs = host_f32(x)?;
     let rows = xs.len() / k;
     let mut out = vec![0f32; rows * all];
-    matmul_nt(&xs, weight.as_slice::<f32>(), k, &mut out);
+    matmul_weight(&xs, weight, k, &mut out);
     let mut first = 0usize;
     cols.iter()
         .map(|&n| {
@@ -342,6 +411,24 @@ mod tests {
                     "{len}, row {r}"
                 );
             }
+        }
+    }
+
+    /// Weights stored as bf16 give bit for bit the product of the same
+    /// values stored as f32, one row or four at a time.
+    #[test]
+    fn bf16_stored_weights_give_the_f32_product() {
+        for (cols, k) in [(8, 384), (96, 1000), (33, 17)] {
+            let w16: Vec<bf16> = values(cols * k, 5.0)
+                .into_iter()
+                .map(bf16::from_f32)
+                .collect();
+            let w32: Vec<f32> = w16.iter().map(|v| v.to_f32()).collect();
+            let x = values(6 * k, 2.0);
+            let (mut a, mut b) = (vec![0f32; 6 * cols], vec![0f32; 6 * cols]);
+            matmul_nt(&x, &w16, k, &mut a);
+            matmul_nt(&x, &w32, k, &mut b);
+            assert_eq!(a, b, "{cols}x{k}");
         }
     }
 

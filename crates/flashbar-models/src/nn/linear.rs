@@ -1,7 +1,8 @@
 //! Linear maps whose weights are plain floats or MLX affine-quantized
 //! (`weight` packed in u32 + `scales` + `biases`), chosen per module by what
 //! the checkpoint holds; on the CPU, a small model's weights are unpacked
-//! to f32 once at load and multiplied by the row-invariant kernels of
+//! once at load (bf16 values as bf16, others as f32) and multiplied by the
+//! row-invariant kernels of
 //! [`crate::nn::host`] (docs/cpu.md).
 
 use crate::config::{QuantParams, Quantization};
@@ -176,7 +177,8 @@ pub enum LinearWeight {
     Dense(Array),
     Quantized(Packed),
     /// For the host kernels: exactly the checkpoint's values (dequantized
-    /// when packed; `dtype` is the type they came in) as f32, evaluated.
+    /// when packed; `dtype` is the type they came in), evaluated, stored as
+    /// bf16 when they are bf16 and as f32 otherwise.
     Host {
         weight: Array,
         dtype: Dtype,
@@ -206,7 +208,14 @@ impl LinearWeight {
             }
             host => return Ok(host),
         };
-        let weight = values.as_dtype(Dtype::Float32)?.contiguous()?;
+        // bf16 values stay bf16 (they widen to f32 exactly in the kernels,
+        // and a decode step reads half the bytes); others become f32.
+        let stored = if dtype == Dtype::Bfloat16 {
+            Dtype::Bfloat16
+        } else {
+            Dtype::Float32
+        };
+        let weight = values.as_dtype(stored)?.contiguous()?;
         weight.eval()?;
         Ok(LinearWeight::Host { weight, dtype })
     }
