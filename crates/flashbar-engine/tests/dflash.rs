@@ -437,30 +437,50 @@ fn auto_floors_to_plain_decoding_when_the_drafter_is_useless() {
     plain_request.speculation = Speculation::Off;
     let (plain, _) = run(&engine, &plain_request);
     assert_eq!(fast.token_ids, plain.token_ids);
-    // A random drafter commits ~1 token per round: the gate floors within a
-    // few judged rounds and then mostly decodes plainly, probing with backoff.
+    // The gate judges rounds by their measured time, so whether and when it
+    // floors depends on this machine's speed (with a verify as cheap as a
+    // few steps a random drafter can break even); that it floors when
+    // speculation loses is tested on scripted costs in policy::gate
+    // (`floors_to_plain_decoding_within_a_few_rounds_when_speculation_loses`).
+    // Here, what holds on every machine: calibration first, a useless
+    // drafter's rounds accept almost nothing, every judged round reports a
+    // finite speedup, and a floor is followed by a backoff of plain steps.
     let modes: String = rec
         .rounds
         .iter()
         .map(|r| if r.mode == Mode::Plain { 'a' } else { 'd' })
         .collect();
     assert!(modes.starts_with("aaaa"), "calibration first: {modes}");
-    let first_floor = modes[4..].find('a').map(|i| i + 4).expect("never floored");
-    assert!(first_floor <= 4 + 4, "{modes}");
-    assert!(
-        modes.contains(&"a".repeat(32)),
-        "a 32-step backoff: {modes}"
-    );
-    assert!(rec
+    let drafted: Vec<_> = rec
         .rounds
         .iter()
-        .any(|r| r.gate == Some(GateState::Floored)));
+        .filter(|r| r.mode != Mode::Plain)
+        .collect();
+    assert!(!drafted.is_empty(), "auto never probed: {modes}");
+    let accepted: usize = drafted.iter().map(|r| r.accepted).sum();
+    assert!(
+        accepted * 2 < drafted.len() * 3,
+        "a random drafter accepted {accepted} drafts in {} rounds",
+        drafted.len()
+    );
     assert!(rec.rounds.iter().all(|r| r.thermal == ThermalState::Fair));
     let judged: Vec<f64> = rec.rounds.iter().filter_map(|r| r.speedup).collect();
     assert!(
-        !judged.is_empty() && judged.iter().all(|&s| s > 0.0 && s < 1.0),
+        !judged.is_empty() && judged.iter().all(|&s| s.is_finite() && s > 0.0),
         "{judged:?}"
     );
+    if let Some(floor) = rec
+        .rounds
+        .iter()
+        .position(|r| r.gate == Some(GateState::Floored))
+    {
+        let after = &modes[floor + 1..];
+        let plain_run = after.chars().take_while(|&c| c == 'a').count();
+        assert!(
+            plain_run >= 32.min(after.len()),
+            "a floor at round {floor} without a 32-step backoff: {modes}"
+        );
+    }
 }
 
 #[test]
