@@ -89,19 +89,37 @@ fn dflash_on_a_chat_prompt_gives_the_plain_tokens() {
     for enable_thinking in [false, true] {
         let mut tokens = Vec::new();
         for speculation in [Speculation::Off, Speculation::Dflash] {
-            let mut request = GenerateRequest::new(Prompt::Messages(messages.clone()));
-            request
-                .template
-                .kwargs
-                .insert("enable_thinking".into(), json!(enable_thinking));
-            request.max_tokens = 40;
-            request.speculation = speculation;
-            request.block_size = Some(16);
+            let request = chat_request(
+                &messages,
+                TemplateArgs::default(),
+                enable_thinking,
+                speculation,
+            );
             tokens.push(engine.generate(&request, &mut Quiet).unwrap().token_ids);
         }
         assert!(!tokens[0].is_empty());
         assert_eq!(tokens[0], tokens[1], "enable_thinking={enable_thinking}");
     }
+}
+
+/// 40 tokens of a chat, blocks of 16, with `template` and the thinking
+/// switch set as a request sets it.
+fn chat_request(
+    messages: &[Message],
+    template: TemplateArgs,
+    enable_thinking: bool,
+    speculation: Speculation,
+) -> GenerateRequest {
+    let mut request = GenerateRequest::new(Prompt::Messages(messages.to_vec()));
+    request.template = template;
+    request
+        .template
+        .kwargs
+        .insert("enable_thinking".into(), json!(enable_thinking));
+    request.max_tokens = 40;
+    request.speculation = speculation;
+    request.block_size = Some(16);
+    request
 }
 
 /// Joins what the sink is shown, channel by channel.
@@ -137,15 +155,7 @@ fn dflash_with_tools_and_thinking_splits_as_plain_decoding_does() {
     for enable_thinking in [false, true] {
         let mut runs = Vec::new();
         for speculation in [Speculation::Off, Speculation::Dflash] {
-            let mut request = GenerateRequest::new(Prompt::Messages(messages.clone()));
-            request.template = args.clone();
-            request
-                .template
-                .kwargs
-                .insert("enable_thinking".into(), json!(enable_thinking));
-            request.max_tokens = 40;
-            request.speculation = speculation;
-            request.block_size = Some(16);
+            let request = chat_request(&messages, args.clone(), enable_thinking, speculation);
             let mut streamed = Channels::default();
             let generation = engine.generate(&request, &mut streamed).unwrap();
             assert_eq!(streamed.reasoning, generation.reasoning);
