@@ -54,8 +54,21 @@ pub fn run(args: SmokeArgs) -> anyhow::Result<ExitCode> {
     let scratch = tempfile::tempdir().context("cannot create a scratch folder")?;
     let mut results: Vec<(Backend, Vec<CheckResult>)> = Vec::new();
     for backend in backends {
-        let checks = smoke::run_all(backend, scratch.path())
+        let mut checks = smoke::run_all(backend, scratch.path())
             .with_context(|| format!("MLX failed on {backend}"))?;
+        // The models' own GPU checks (the fused gated-delta layer), last so
+        // that the checks both devices run line up.
+        if backend != Backend::Cpu {
+            let layer = mlx_rs::with_device(backend.device(), || {
+                if flashbar_models::nn::gated_delta_checks::available() {
+                    flashbar_models::nn::gated_delta_checks::smoke_checks()
+                } else {
+                    Ok(Vec::new())
+                }
+            })
+            .with_context(|| format!("the gated-delta layer checks failed on {backend}"))?;
+            checks.extend(layer);
+        }
         results.push((backend, checks));
     }
 

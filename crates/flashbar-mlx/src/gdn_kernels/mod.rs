@@ -9,6 +9,9 @@
 //! - `gdn_replay` (`gdn_replay.cu`, `gdn_replay.metal`): re-advances a saved
 //!   state through the first n steps of a tape, giving bit for bit the state
 //!   `gdn_record` reached after those n steps.
+//! - `gdn_layer` (`gdn_layer.cu`, CUDA only, [`layer`]): the whole middle of
+//!   a layer (conv, norms, gating, the recurrence as `gdn_record` runs it,
+//!   the gated norm) in one launch; `gdn_replay` rolls its tape back too.
 //!
 //! CUDA goes through mlx-c's `mlx_fast_cuda_kernel_*` (mlx-rs has no wrapper);
 //! Metal (macOS) through `mlx_fast_metal_kernel_*`, which has the same shape, so
@@ -29,6 +32,9 @@
 
 use crate::device::Backend;
 use mlx_rs::error::Exception;
+
+mod layer;
+pub use layer::{layer, layer_available, LayerOutputs, LayerParams, LayerShape};
 use mlx_rs::{Array, Dtype};
 
 /// Whether `backend` has these kernels (CUDA on Linux, Metal on macOS).

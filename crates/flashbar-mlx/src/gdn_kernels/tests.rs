@@ -153,3 +153,105 @@ fn bad_shapes_and_cpu_streams_are_errors_not_crashes() {
         assert!(error.what().contains("GPU stream"), "{}", error.what());
     });
 }
+
+#[test]
+fn the_layer_body_asks_mlx_for_qkv_shape_only() {
+    let inputs = [
+        "qkv",
+        "z",
+        "b_in",
+        "a_in",
+        "conv_state",
+        "conv_w",
+        "a_log",
+        "dt_bias",
+        "norm_w",
+        "consts",
+        "state",
+    ];
+    for input in inputs {
+        for suffix in ["_shape", "_strides", "_ndim"] {
+            let name = format!("{input}{suffix}");
+            assert_eq!(
+                layer::SOURCE.contains(&name),
+                name == "qkv_shape",
+                "gdn_layer: {name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_layer_kernel_is_cuda_only_and_refuses_what_it_cannot_run() {
+    assert!(!layer_available(Backend::Cpu));
+    assert!(!layer_available(Backend::Metal));
+    let shape = LayerShape {
+        hk: 2,
+        hv: 4,
+        dk: 8,
+        dv: 8,
+        conv_kernel: 4,
+        qk_eps: 1e-6,
+        norm_eps: 1e-6,
+        q_scale: 1.0,
+        k_scale: 1.0,
+    };
+    assert!(shape.supported());
+    assert!(!LayerShape { hv: 3, ..shape }.supported());
+    assert!(!LayerShape { dv: 2048, ..shape }.supported());
+    let channels = 2 * 2 * 8 + 4 * 8;
+    let params = LayerParams::new(
+        &shape,
+        &zeros(&[channels, 4, 1]),
+        &zeros(&[4]),
+        &zeros(&[4]),
+        &zeros(&[8]),
+    )
+    .unwrap();
+    let wrong = LayerParams::new(
+        &shape,
+        &zeros(&[channels, 3, 1]),
+        &zeros(&[4]),
+        &zeros(&[4]),
+        &zeros(&[8]),
+    );
+    assert!(wrong.is_err());
+    with_device(Device::cpu(), || {
+        let (qkv, z, ba) = (
+            zeros(&[1, 2, channels]),
+            zeros(&[1, 2, 32]),
+            zeros(&[1, 2, 4]),
+        );
+        let (conv, state) = (zeros(&[1, 3, channels]), zeros(&[1, 4, 8, 8]));
+        let error = layer(
+            &shape,
+            &params,
+            &qkv,
+            &z,
+            &ba,
+            &ba,
+            &conv,
+            &zeros(&[1, 4, 8, 7]),
+        )
+        .err()
+        .unwrap();
+        assert!(error.what().contains("state"), "{}", error.what());
+        let error = layer(
+            &shape,
+            &params,
+            &qkv,
+            &zeros(&[1, 2, 31]),
+            &ba,
+            &ba,
+            &conv,
+            &state,
+        )
+        .err()
+        .unwrap();
+        assert!(error.what().contains("z"), "{}", error.what());
+        let error = layer(&shape, &params, &qkv, &z, &ba, &ba, &conv, &state)
+            .err()
+            .unwrap();
+        assert!(error.what().contains("GPU stream"), "{}", error.what());
+    });
+}

@@ -5,6 +5,7 @@
 //! host, or through a different MLX path), and keeps its raw output so that
 //! the same check on two devices (CPU vs CUDA) can be compared as well.
 
+mod gdn_layer_checks;
 mod row_invariant_checks;
 
 use crate::device::Backend;
@@ -56,6 +57,9 @@ pub fn run_all(backend: Backend, scratch: &Path) -> Result<Vec<CheckResult>, Exc
             checks.extend(row_invariant_checks::qmm()?);
             checks.extend(row_invariant_checks::attention()?);
             checks.extend(row_invariant_checks::conv()?);
+        }
+        if gdn_kernels::layer_available(backend) {
+            checks.extend(gdn_layer_checks::layer()?);
         }
         Ok(checks)
     })
@@ -412,7 +416,7 @@ fn to_f32_vec(array: &Array) -> Result<Vec<f32>, Exception> {
 }
 
 /// An array's values as f32 on the host.
-pub(crate) fn host_f32(array: &Array) -> Result<Vec<f32>, Exception> {
+pub fn host_f32(array: &Array) -> Result<Vec<f32>, Exception> {
     to_f32_vec(array)
 }
 

@@ -104,11 +104,18 @@ pub struct GatedDeltaNet {
     /// row-invariant CUDA kernel (`linear::row_kernels`): no cuDNN plan per
     /// block length (docs/gpu.md).
     row_kernel: bool,
+    /// The layer's middle as one CUDA kernel ([`gdn_kernels::layer`]), when
+    /// the device has it (docs/gpu.md, "One kernel per gated-delta layer").
+    fused: Option<(gdn_kernels::LayerShape, gdn_kernels::LayerParams)>,
 }
+
+/// `0` keeps CUDA's gated-delta layers op by op instead of
+/// [`gdn_kernels::layer`]; benchmarks compare the two.
+pub const GDN_LAYER_ENV: &str = "FLASHBAR_GDN_LAYER";
 
 impl GatedDeltaNet {
     pub fn load(weights: &mut Weights, path: &str, config: &TextConfig) -> Result<Self> {
-        Ok(GatedDeltaNet {
+        let mut layer = GatedDeltaNet {
             in_proj: Fused::load(
                 weights,
                 &["qkv", "z", "b", "a"].map(|part| format!("{path}.in_proj_{part}")),
@@ -126,7 +133,46 @@ impl GatedDeltaNet {
             eps: config.rms_norm_eps,
             host: weights.host_kernels(),
             row_kernel: row_kernels(),
-        })
+            fused: None,
+        };
+        layer.fused = layer.fused_kernel()?;
+        Ok(layer)
+    }
+
+    /// Runs this layer op by op from now on (the smoke check compares the two).
+    pub(crate) fn drop_fused_kernel(&mut self) {
+        self.fused = None;
+    }
+
+    /// The fused layer kernel's shape and weights, when this device runs it.
+    fn fused_kernel(&self) -> Result<Option<(gdn_kernels::LayerShape, gdn_kernels::LayerParams)>> {
+        let inv_scale = (self.head_k_dim as f32).powf(-0.5);
+        let shape = gdn_kernels::LayerShape {
+            hk: self.num_k_heads,
+            hv: self.num_v_heads,
+            dk: self.head_k_dim,
+            dv: self.head_v_dim,
+            conv_kernel: self.conv_kernel,
+            qk_eps: QK_EPS * inv_scale * inv_scale,
+            norm_eps: self.eps,
+            q_scale: inv_scale * inv_scale,
+            k_scale: inv_scale,
+        };
+        if !self.row_kernel
+            || !gdn_kernels::layer_available(device::current())
+            || !shape.supported()
+            || std::env::var(GDN_LAYER_ENV).as_deref() == Ok("0")
+        {
+            return Ok(None);
+        }
+        let params = gdn_kernels::LayerParams::new(
+            &shape,
+            &self.conv_weight,
+            &self.a_log,
+            &self.dt_bias,
+            &self.norm_weight,
+        )?;
+        Ok(Some((shape, params)))
     }
 
     /// `x`: `[B, S, hidden]`; advances `state` by S tokens.
@@ -156,6 +202,33 @@ impl GatedDeltaNet {
             .forward(x)?
             .try_into()
             .map_err(|_| mlx_rs::error::Exception::custom("in_proj gave other than 4 maps"))?;
+        if let Some((shape, params)) = &self.fused {
+            let conv_state = match &state.conv {
+                Some(c) => c.clone(),
+                None => zeros_dtype(&[b, self.conv_kernel - 1, conv_dim], x.dtype())?,
+            };
+            let ssm = match &state.ssm {
+                Some(s) => s.clone(),
+                None => zeros_dtype(&[b, hv, dv, dk], Dtype::Float32)?,
+            };
+            let out = gdn_kernels::layer(shape, params, &qkv, &z, &b_proj, &a, &conv_state, &ssm)?;
+            state.conv = Some(out.conv_state);
+            state.ssm = Some(out.state);
+            let tape = if record {
+                Some(GdnTape {
+                    conv_input: concatenate(&[conv_state, qkv], 1)?,
+                    ssm_before: ssm,
+                    k: out.k,
+                    g: out.g,
+                    delta: out.delta,
+                    conv_kernel: self.conv_kernel,
+                    by: Recurrence::Kernel,
+                })
+            } else {
+                None
+            };
+            return Ok((self.out_proj.forward(&out.out)?, tape));
+        }
         let z = z.reshape(&[b, s, hv, dv])?;
         let beta = sigmoid(&b_proj)?;
 
@@ -242,11 +315,14 @@ impl GatedDeltaNet {
     }
 }
 
+/// The q/k L2 norm's epsilon on the sum of squares.
+const QK_EPS: f32 = 1e-6;
+
 /// L2-normalize q and k per head (eps 1e-6 on the sum of squares, as the HF
 /// reference does) and fold the Dk^-1/2 readout scale into q.
 pub fn normalize_qk(q: &Array, k: &Array, head_k_dim: i32) -> Result<(Array, Array)> {
     let inv_scale = (head_k_dim as f32).powf(-0.5);
-    let eps = 1e-6 * inv_scale * inv_scale;
+    let eps = QK_EPS * inv_scale * inv_scale;
     // Scalars in the inputs' dtype, as Python scalars are in mlx-lm (no promotion).
     let scalar = |value: f32| Array::from_f32(value).as_dtype(q.dtype());
     let q = rms_norm(q, None, eps)?.multiply(scalar(inv_scale * inv_scale)?)?;
