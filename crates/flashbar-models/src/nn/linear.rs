@@ -48,6 +48,14 @@ pub fn row_kernels() -> bool {
         && std::env::var(GPU_KERNELS_ENV).as_deref() != Ok("mlx")
 }
 
+/// Whether decode steps and verifies multiply quantized maps by the
+/// row-invariant kernel: [`row_kernels`], unless [`GPU_KERNELS_ENV`] is
+/// `mlx-qmm` (MLX's quantized matmul alone, every other kernel ours:
+/// benchmarks isolate the matmul's share of a step; not lossless on CUDA).
+pub fn row_qmm() -> bool {
+    row_kernels() && std::env::var(GPU_KERNELS_ENV).as_deref() != Ok("mlx-qmm")
+}
+
 /// Who multiplies a checkpoint's weights (and, for attention, its scores).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatmulPath {
@@ -168,7 +176,7 @@ impl Packed {
             biases: weights.take(&format!("{path}.biases"))?,
             group_size: params.group_size as i32,
             bits: params.bits as i32,
-            row_kernel: row_kernels(),
+            row_kernel: row_qmm(),
         })
     }
 }
