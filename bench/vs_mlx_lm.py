@@ -12,6 +12,7 @@ token / step time, against --bandwidth (GB/s).
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -87,13 +88,13 @@ def bench_mlx_lm(path: Path, prompt: str, max_tokens: int, repeats: int):
     }
 
 
-def bench_ours(binary: str, path: Path, prompt: str, max_tokens: int, repeats: int):
+def bench_ours(binary: str, path: Path, prompt: str, max_tokens: int, repeats: int, env=None):
     prompts = path.parent / f"{path.name}.prompt.txt"
     prompts.write_text(prompt.replace("\n", "\\n") + "\n")
     out = subprocess.run(
         [binary, "bench", "--json", "--model", str(path), "--prompts", str(prompts),
          "--max-tokens", str(max_tokens), "--repeats", str(repeats)],
-        check=True, capture_output=True, text=True)
+        check=True, capture_output=True, text=True, env={**os.environ, **(env or {})})
     whole = json.loads(out.stdout)
     report = whole["prompts"][0]
     return {
@@ -131,6 +132,9 @@ def main():
                         help="the checkpoint's float type (published conversions: bfloat16)")
     parser.add_argument("--bandwidth", type=float, default=0.0,
                         help="memory bandwidth in GB/s for the roofline (4800 for an H200)")
+    parser.add_argument("--also", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
+                        help="also run ours with these environment variables (a column each), "
+                             "e.g. FLASHBAR_GDN_LAYER=0 for the gated-delta layers op by op")
     args = parser.parse_args()
     path = args.dir or Path("target/bench") / f"{args.shape}-4bit"
     if not (path / "config.json").is_file():
@@ -141,6 +145,11 @@ def main():
     prompt = prompt_text(args.prompt_tokens)
     theirs = bench_mlx_lm(path, prompt, args.max_tokens, args.repeats)
     ours = bench_ours(args.flashbar, path, prompt, args.max_tokens, args.repeats)
+    variants = []
+    for spec in args.also:
+        env = dict(item.split("=", 1) for item in spec.split(","))
+        variants.append((spec, bench_ours(args.flashbar, path, prompt, args.max_tokens,
+                                          args.repeats, env)))
     if ours["prompt_tokens"] != theirs["prompt_tokens"]:
         print(f"warning: prompt lengths differ: {ours['prompt_tokens']} vs {theirs['prompt_tokens']}")
 
@@ -152,9 +161,13 @@ def main():
     for key in ("prefill", "decode"):
         print(f"{key + ' tok/s':<16}{ours[key]:>8.1f}{theirs[key]:>12.1f}{ours[key] / theirs[key]:>9.2f}x")
     print(f"peak memory: flashbar {ours['peak_memory_gb']:.2f} GB, mlx-lm {theirs['peak_memory_gb']:.2f} GB")
+    for spec, run in variants:
+        print(f"flashbar with {spec}: " + ", ".join(
+            f"{key} {run[key]:.1f} tok/s ({run[key] / theirs[key]:.2f}x mlx-lm, "
+            f"default {ours[key] / run[key]:.2f}x this)" for key in ("prefill", "decode")))
     if args.bandwidth > 0:
         bytes_per_token = bytes_read_per_token(path)
-        for name, run in (("flashbar", ours), ("mlx-lm", theirs)):
+        for name, run in (("flashbar", ours), ("mlx-lm", theirs), *variants):
             fraction = bytes_per_token * run["decode"] / (args.bandwidth * 1e9)
             print(f"{name} decode roofline: {100 * fraction:.1f}% of {args.bandwidth:.0f} GB/s")
 

@@ -1,0 +1,114 @@
+"""GPU kernels launched per decode step, and their GPU time, counted with
+Nsight Compute on `flashbar generate` (NVIDIA only).
+
+    python3 bench/launch_counts.py --flashbar B --model DIR [--also NAME=VALUE]
+
+Runs `flashbar generate --speculation off` twice under `ncu`, for a few and
+for more tokens, and divides the difference in kernels (and in summed
+kernel time) by the difference in tokens, so prefill and loading cancel out.
+Kernels are grouped by name (ours by their `flashbar_<body>` names, MLX's by
+its kernel families). `--also` repeats the count with environment variables
+set (e.g. FLASHBAR_GDN_LAYER=0: the gated-delta layers op by op).
+"""
+
+import argparse
+import collections
+import csv
+import io
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+GROUPS = [
+    ("ours: quantized matmul", "flashbar_qmm"),
+    ("ours: gated-delta layer", "flashbar_gdn_layer"),
+    ("ours: gated-delta recurrence", "flashbar_gdn_record"),
+    ("ours: attention", "flashbar_attn"),
+    ("ours: conv", "flashbar_conv"),
+    ("ours: other", "flashbar_"),
+    ("MLX quantized matmul", "qmv"),
+    ("MLX quantized matmul", "qmm"),
+    ("RMS norm", "rms"),
+    ("RoPE", "rope"),
+    ("copy", "copy"),
+    ("gather / scatter / slice", "gather"),
+    ("gather / scatter / slice", "scatter"),
+    ("gather / scatter / slice", "slice"),
+    ("reduction", "reduce"),
+    ("arg reduction", "arg_reduce"),
+    ("softmax", "softmax"),
+    ("matmul (cuBLAS)", "gemm"),
+    ("matmul (cuBLAS)", "gemv"),
+    ("elementwise", "binary"),
+    ("elementwise", "unary"),
+    ("elementwise", "ternary"),
+    ("elementwise", "compiled"),
+]
+
+
+def group(name: str) -> str:
+    lower = name.lower()
+    for label, key in GROUPS:
+        if key in lower:
+            return label
+    return "other"
+
+
+def profile(binary, model, prompt, tokens, env):
+    with tempfile.TemporaryDirectory() as scratch:
+        log = Path(scratch) / "ncu.csv"
+        out = subprocess.run(
+            ["ncu", "--clock-control", "none", "--csv", "--page", "raw",
+             "--metrics", "gpu__time_duration.sum", "--log-file", str(log),
+             binary, "generate", "--json", "--model", str(model), "--speculation", "off",
+             "--max-tokens", str(tokens), prompt],
+            check=True, capture_output=True, text=True, env={**os.environ, **env})
+        generated = None
+        for line in out.stdout.splitlines():
+            if line.startswith("{"):
+                generated = json.loads(line)["stats"]["completion_tokens"]
+        text = log.read_text()
+    start = text.find('"ID"')
+    rows = list(csv.DictReader(io.StringIO(text[start:])))
+    rows = [r for r in rows if r.get("ID", "").isdigit()]  # drop the units row
+    counts, times = collections.Counter(), collections.Counter()
+    for row in rows:
+        label = group(row["Kernel Name"])
+        counts[label] += 1
+        value = row.get("gpu__time_duration.sum", "0").replace(",", "")
+        times[label] += float(value or 0)
+    return generated, counts, times
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--flashbar", required=True)
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--prompt", default="The quick brown fox")
+    parser.add_argument("--tokens", type=int, nargs=2, default=[2, 6])
+    parser.add_argument("--also", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]")
+    args = parser.parse_args()
+    runs = [("default", {})] + [
+        (spec, dict(item.split("=", 1) for item in spec.split(","))) for spec in args.also]
+    for label, env in runs:
+        (t1, c1, s1), (t2, c2, s2) = (
+            profile(args.flashbar, args.model, args.prompt, n, env) for n in args.tokens)
+        if t1 is None or t2 is None or t2 <= t1:
+            print(f"{label}: could not read the generated token counts ({t1}, {t2})")
+            continue
+        steps = t2 - t1
+        total = (sum(c2.values()) - sum(c1.values())) / steps
+        busy = (sum(s2.values()) - sum(s1.values())) / steps
+        unit = "ns"  # ncu's gpu__time_duration unit
+        print(f"{args.model.name}, {label}: {total:.0f} kernels per decode step, "
+              f"{busy / 1e3:.0f} us of kernel time a step ({steps} steps, {unit} summed)")
+        for name in sorted(set(c1) | set(c2), key=lambda n: -(c2[n] - c1[n])):
+            per_step = (c2[name] - c1[name]) / steps
+            if per_step:
+                print(f"  {name:<30}{per_step:>7.1f}  {(s2[name] - s1[name]) / steps / 1e3:>8.1f} us")
+
+
+if __name__ == "__main__":
+    main()
