@@ -4,8 +4,11 @@ Nsight Compute on `flashbar generate` (NVIDIA only).
     python3 bench/launch_counts.py --flashbar B --model DIR [--also NAME=VALUE]
 
 Runs `flashbar generate --speculation off` twice under `ncu`, for a few and
-for more tokens, and divides the difference in kernels (and in summed
-kernel time) by the difference in tokens, so prefill and loading cancel out.
+for more tokens, and divides the difference in kernels by the difference in
+tokens, so prefill and loading cancel out. Beside each family it prints the
+mean GPU time of one of its kernels in the longer run (prefill included, so
+for MLX's families a mix; our row-invariant kernels run only in decode
+steps). A difference of summed times is too noisy under ncu to use.
 Kernels are grouped by name (ours by their `flashbar_<body>` names, MLX's by
 its kernel families). `--also` repeats the count with environment variables
 set (e.g. FLASHBAR_GDN_LAYER=0: the gated-delta layers op by op).
@@ -100,14 +103,12 @@ def main():
             continue
         steps = t2 - t1
         total = (sum(c2.values()) - sum(c1.values())) / steps
-        busy = (sum(s2.values()) - sum(s1.values())) / steps
-        unit = "ns"  # ncu's gpu__time_duration unit
-        print(f"{args.model.name}, {label}: {total:.0f} kernels per decode step, "
-              f"{busy / 1e3:.0f} us of kernel time a step ({steps} steps, {unit} summed)")
+        print(f"{args.model.name}, {label}: {total:.0f} kernels per decode step "
+              f"({steps} steps); per family: kernels a step, mean us a kernel (ncu's ns / 1e3)")
         for name in sorted(set(c1) | set(c2), key=lambda n: -(c2[n] - c1[n])):
             per_step = (c2[name] - c1[name]) / steps
             if per_step:
-                print(f"  {name:<30}{per_step:>7.1f}  {(s2[name] - s1[name]) / steps / 1e3:>8.1f} us")
+                print(f"  {name:<30}{per_step:>7.1f}  {s2[name] / c2[name] / 1e3:>8.1f} us")
 
 
 if __name__ == "__main__":
