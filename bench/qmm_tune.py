@@ -84,6 +84,19 @@ def chained(make, reps=5, calls=64):
     return (time.perf_counter() - start) / reps / calls
 
 
+def dependent(call, xs):
+    """64 calls in one evaluation, each waiting for the one before (its input
+    takes a zero times the previous output), as a model's layers do: each
+    call's whole latency counts. Independent calls may overlap on the GPU."""
+    def make():
+        y, outs = None, []
+        for i, x in enumerate(xs):
+            y = call(i, x if y is None else x + 0 * y[:, :1])
+            outs.append(y)
+        return outs
+    return make
+
+
 def rows_differ(call, x, ms):
     """How many rows of M-row calls differ from their 1-row products."""
     singles = mx.concatenate([call(x[i:i + 1]) for i in range(x.shape[0])])
@@ -101,6 +114,8 @@ def main():
     parser.add_argument("--json", help="write every row here too")
     parser.add_argument("--bits", type=int, default=4)
     parser.add_argument("--shapes", type=int, default=len(SHAPES), help="the first N shapes only")
+    parser.add_argument("--dependent", action="store_true",
+                        help="also time chains of dependent calls (latency, as in a decode step)")
     args = parser.parse_args()
     faulthandler.dump_traceback_later(60, repeat=True)
     new = (ROOT / "kernels/cuda/qmm.cu").read_text()
@@ -170,6 +185,14 @@ def main():
             row.update(rule_launch=f"nt{nt}_w{warps}", rule_us=round(t_rule * 1e6, 2),
                        rule_GBps=round(nbytes / t_rule / 1e9), rule_vs_mlx=round(t_mlx / t_rule, 2),
                        rule_pct_copy=round(100 * nbytes / t_rule / 1e9 / copy_gbps, 1))
+            if args.dependent:
+                mlx_call = lambda i, x: mx.quantized_matmul(x, *c(i), transpose=True, group_size=gs, bits=bits)
+                our_call = lambda i, x: qmm(new, "tune_qmm", x, *c(i), bits, nt, warps)
+                zero_call = lambda i, x: x[:, :1] * 1
+                t_floor = chained(dependent(zero_call, xs))
+                row.update(dependent_mlx_us=round((chained(dependent(mlx_call, xs)) - t_floor) * 1e6, 2),
+                           dependent_rule_us=round((chained(dependent(our_call, xs)) - t_floor) * 1e6, 2),
+                           dependent_floor_us=round(t_floor * 1e6, 2))
             row.update(best_launch=f"nt{best[1]}_w{best[2]}", best_us=round(best[0] * 1e6, 2),
                        best_GBps=round(nbytes / best[0] / 1e9), best_vs_mlx=round(t_mlx / best[0], 2),
                        best_pct_copy=round(100 * nbytes / best[0] / 1e9 / copy_gbps, 1), times_us=times)
