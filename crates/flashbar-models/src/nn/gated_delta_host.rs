@@ -9,9 +9,14 @@
 //!
 //! The replay repeats the first and third lines with the recorded d: the
 //! same operations in the same order, so the same bits.
+//!
+//! The operations and their order are mlx-lm's on the CPU (its per-step
+//! `_gated_delta_step_ops`): each product rounded to f32, the two dots summed
+//! in key order from zero, `S + k d` as a product then a sum, so y and the
+//! state are bit for bit mlx-lm's (docs/cpu.md, "Parity with mlx-lm").
 
 use crate::error::Result;
-use crate::nn::host::{dot, host_f32};
+use crate::nn::host::{host_f32, sequential_dot};
 use mlx_rs::Array;
 use rayon::prelude::*;
 
@@ -79,11 +84,11 @@ fn head(
             for s in row.iter_mut() {
                 *s *= gate;
             }
-            let step = (values[r] - dot(row, key)) * b;
+            let step = (values[r] - sequential_dot(row, key)) * b;
             for (s, kk) in row.iter_mut().zip(key) {
                 *s += kk * step;
             }
-            y[t * d.dv + r] = dot(row, query);
+            y[t * d.dv + r] = sequential_dot(row, query);
             if let Some(delta) = delta.as_deref_mut() {
                 delta[t * d.dv + r] = step;
             }

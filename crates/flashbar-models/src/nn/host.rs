@@ -241,6 +241,322 @@ pub fn matmul_nt<W: HostWeight>(x: &[f32], w: &[W], k: usize, out: &mut [f32]) {
     }
 }
 
+/// `a . b` summed in index order from zero, each product rounded to f32
+/// before it is added: what MLX's CPU reductions and its bf16 gemm compute
+/// (docs/cpu.md, "Parity with mlx-lm").
+#[inline]
+pub fn sequential_dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut sum = 0f32;
+    for (x, y) in a.iter().zip(b) {
+        sum += x * y;
+    }
+    sum
+}
+
+/// `x` rounded to bf16 (and widened back) as MLX rounds it: to nearest,
+/// ties to even, NaN kept a NaN.
+#[inline(always)]
+pub fn round_bf16(x: f32) -> f32 {
+    if x.is_nan() {
+        return f32::from_bits(0x7FC0_0000);
+    }
+    let u = x.to_bits();
+    f32::from_bits(u.wrapping_add(0x7FFF + ((u >> 16) & 1)) & 0xFFFF_0000)
+}
+
+/// MLX's CPU `exp` (its `simd::exp`, also what its softmax runs): 2^(x
+/// log2 e) as a power of two times a degree-6 polynomial of the fraction,
+/// with fused multiply-adds; 0 below -88 and infinity above 88. Not libm's
+/// exp: the two differ in the last bits.
+#[inline]
+pub fn mlx_exp(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    if x > 88.0 {
+        return f32::INFINITY;
+    }
+    if x < -88.0 {
+        return 0.0;
+    }
+    let y = x * 1.442695f32;
+    let ipart = (y + 0.5).floor();
+    let fpart = y - ipart;
+    let mut p = 1.535336188319500e-4f32;
+    for c in [
+        1.339887440266574e-3f32,
+        9.618437357674640e-3,
+        5.550332471162809e-2,
+        2.402264791363012e-1,
+        6.931472028550421e-1,
+        1.0,
+    ] {
+        p = p.mul_add(fpart, c);
+    }
+    let two_to_i = f32::from_bits(((ipart as i32).wrapping_add(127) as u32).wrapping_shl(23));
+    two_to_i * p
+}
+
+/// How a product by bf16 weights sums, for bf16 inputs: what MLX's CPU
+/// kernels do (docs/cpu.md, "Parity with mlx-lm").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColumnSum {
+    /// MLX's quantized matmul in bf16: every product and every partial sum
+    /// rounded to bf16, in k order.
+    Bf16,
+    /// MLX's bf16 gemm: the products and their sum in f32, in k order,
+    /// rounded to bf16 once at the end (by the caller).
+    F32,
+}
+
+/// One output of [`matmul_columns`]: row `x` against column `col` of `wt`
+/// (`[k, n]`), summed in k order as `sum` says. The reference for the
+/// vector kernels (same bits) and their tail.
+#[inline]
+fn column_scalar(x: &[f32], wt: &[bf16], n: usize, col: usize, sum: ColumnSum) -> f32 {
+    let mut acc = 0f32;
+    for (i, &xv) in x.iter().enumerate() {
+        let w = wt[i * n + col].widen();
+        acc = match sum {
+            ColumnSum::Bf16 => round_bf16(acc + round_bf16(xv * w)),
+            ColumnSum::F32 => acc + xv * w,
+        };
+    }
+    acc
+}
+
+/// [`round_bf16`] of eight lanes (finite or infinite values; a NaN stays
+/// a NaN).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn round8(v: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let u = _mm256_castps_si256(v);
+    let lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    let u = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb);
+    let rounded = _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(-65536)));
+    // NaN lanes keep MLX's NaN.
+    let nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    _mm256_blendv_ps(
+        rounded,
+        _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC0_0000)),
+        nan,
+    )
+}
+
+/// Outputs `[c0, c0 + 8 B)` of `R` rows (`rows`, each `k` long in `x`),
+/// eight columns to a register: lane j sums exactly as [`column_scalar`]
+/// does for its column, so the bits are the same.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn strip_avx2<const R: usize, const B: usize, const ROUND: bool>(
+    x: &[f32],
+    k: usize,
+    rows: [usize; R],
+    wt: &[bf16],
+    n: usize,
+    c0: usize,
+    out: &mut [f32],
+    out_cols: usize,
+    out_c0: usize,
+) {
+    use std::arch::x86_64::*;
+    debug_assert!(c0 + 8 * B <= n && wt.len() == k * n);
+    let mut acc = [[_mm256_setzero_ps(); B]; R];
+    let xs = rows.map(|r| x[r * k..(r + 1) * k].as_ptr());
+    let w = wt.as_ptr();
+    for i in 0..k {
+        let row = w.add(i * n + c0);
+        let mut ws = [_mm256_setzero_ps(); B];
+        for (b, wb) in ws.iter_mut().enumerate() {
+            *wb = <half::bf16 as Load8>::load8(row.add(8 * b));
+        }
+        for r in 0..R {
+            let xb = _mm256_set1_ps(*xs[r].add(i));
+            for b in 0..B {
+                let p = _mm256_mul_ps(xb, ws[b]);
+                acc[r][b] = if ROUND {
+                    round8(_mm256_add_ps(acc[r][b], round8(p)))
+                } else {
+                    _mm256_add_ps(acc[r][b], p)
+                };
+            }
+        }
+    }
+    for r in 0..R {
+        for b in 0..B {
+            let at = rows[r] * out_cols + out_c0 + 8 * b;
+            _mm256_storeu_ps(out[at..at + 8].as_mut_ptr(), acc[r][b]);
+        }
+    }
+}
+
+/// Columns `[c0, c1)` of every row of `x` `[rows, k]` by `wt` `[k, n]`,
+/// into `out` `[rows, out_cols]` at column `out_c0`.
+#[allow(clippy::too_many_arguments)]
+fn columns_range(
+    x: &[f32],
+    k: usize,
+    wt: &[bf16],
+    n: usize,
+    (c0, c1): (usize, usize),
+    sum: ColumnSum,
+    out: &mut [f32],
+    out_cols: usize,
+    out_c0: usize,
+) {
+    let rows = x.len() / k;
+    let mut c = c0;
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        macro_rules! strip {
+            ($r:expr, $b:expr, $rows:expr, $c:expr) => {
+                // SAFETY: AVX2 is there (checked above); the strip's columns
+                // are inside `wt`'s n and `out`'s columns, its rows inside x.
+                unsafe {
+                    match sum {
+                        ColumnSum::Bf16 => strip_avx2::<$r, $b, true>(
+                            x,
+                            k,
+                            $rows,
+                            wt,
+                            n,
+                            $c,
+                            out,
+                            out_cols,
+                            out_c0 + $c - c0,
+                        ),
+                        ColumnSum::F32 => strip_avx2::<$r, $b, false>(
+                            x,
+                            k,
+                            $rows,
+                            wt,
+                            n,
+                            $c,
+                            out,
+                            out_cols,
+                            out_c0 + $c - c0,
+                        ),
+                    }
+                }
+            };
+        }
+        // Four rows by 16 columns, or one row by 32: eight sums in flight.
+        while c + 16 <= c1 {
+            let wide = rows < ROW_BLOCK && c + 32 <= c1;
+            let mut m = 0;
+            while m + ROW_BLOCK <= rows {
+                strip!(4, 2, [m, m + 1, m + 2, m + 3], c);
+                m += ROW_BLOCK;
+            }
+            for m in m..rows {
+                if wide {
+                    strip!(1, 4, [m], c);
+                } else {
+                    strip!(1, 2, [m], c);
+                }
+            }
+            c += if wide { 32 } else { 16 };
+        }
+    }
+    for m in 0..rows {
+        let row = &x[m * k..(m + 1) * k];
+        for col in c..c1 {
+            out[m * out_cols + out_c0 + col - c0] = column_scalar(row, wt, n, col, sum);
+        }
+    }
+}
+
+/// `out[m, j] = x[m, :] . wt[:, j]` for `x` `[rows, k]` and bf16 weights
+/// stored by columns, `wt` `[k, n]`, summed as `sum` says (MLX's CPU
+/// kernels for bf16 inputs). Each output is its own sequential sum, so it
+/// is the same however many rows come together; threads take blocks of
+/// columns.
+pub fn matmul_columns(x: &[f32], wt: &[bf16], k: usize, sum: ColumnSum, out: &mut [f32]) {
+    let (rows, n) = (x.len() / k, wt.len() / k);
+    debug_assert_eq!(out.len(), rows * n);
+    if rows * n * k < PARALLEL_FROM {
+        columns_range(x, k, wt, n, (0, n), sum, out, n, 0);
+        return;
+    }
+    // Blocks of whole 32-column strips, a few per thread.
+    let block = (n.div_ceil(rayon::current_num_threads() * 4)).div_ceil(32) * 32;
+    let parts: Vec<(usize, Vec<f32>)> = (0..n.div_ceil(block))
+        .into_par_iter()
+        .map(|b| {
+            let (c0, c1) = (b * block, ((b + 1) * block).min(n));
+            let mut part = vec![0f32; rows * (c1 - c0)];
+            columns_range(x, k, wt, n, (c0, c1), sum, &mut part, c1 - c0, 0);
+            (c0, part)
+        })
+        .collect();
+    for (c0, part) in parts {
+        let width = part.len() / rows;
+        for m in 0..rows {
+            out[m * n + c0..m * n + c0 + width].copy_from_slice(&part[m * width..(m + 1) * width]);
+        }
+    }
+}
+
+/// Causal attention for bf16 inputs as MLX's CPU
+/// `scaled_dot_product_attention` computes it (docs/cpu.md, "Parity with
+/// mlx-lm"), per query: q times the scale (both bf16) rounded to bf16; each
+/// score an f32 [`sequential_dot`] rounded to bf16; a precise softmax (f32
+/// max, [`mlx_exp`], an f32 sum in position order, one reciprocal, each
+/// weight rounded to bf16); each output an f32 sum of weight times value in
+/// position order, rounded to bf16. Masked positions weigh exactly 0 there,
+/// so leaving them out changes no bit. Shapes as in [`attention`].
+pub fn attention_bf16(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (heads, kv_heads, len, total, d): (usize, usize, usize, usize, usize),
+    scale: f32,
+    out: &mut [f32],
+) {
+    let group = heads / kv_heads;
+    let scale = round_bf16(scale);
+    let one = |index: usize, out: &mut [f32]| {
+        let (h, l) = (index / len, index % len);
+        let kv = h / group;
+        let query: Vec<f32> = q[index * d..(index + 1) * d]
+            .iter()
+            .map(|x| round_bf16(x * scale))
+            .collect();
+        let visible = total - len + l + 1;
+        let keys = &k[kv * total * d..];
+        let values = &v[kv * total * d..];
+        let scores: Vec<f32> = (0..visible)
+            .map(|s| round_bf16(sequential_dot(&query, &keys[s * d..(s + 1) * d])))
+            .collect();
+        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for score in &scores {
+            sum += mlx_exp(score - max);
+        }
+        let inverse = 1.0 / sum;
+        out.fill(0.0);
+        for (s, score) in scores.iter().enumerate() {
+            let weight = round_bf16(mlx_exp(score - max) * inverse);
+            for (o, value) in out.iter_mut().zip(&values[s * d..(s + 1) * d]) {
+                *o += weight * value;
+            }
+        }
+        for o in out.iter_mut() {
+            *o = round_bf16(*o);
+        }
+    };
+    if heads * len * total * d < PARALLEL_FROM {
+        for (index, row) in out.chunks_exact_mut(d).enumerate() {
+            one(index, row);
+        }
+    } else {
+        out.par_chunks_exact_mut(d)
+            .enumerate()
+            .for_each(|(index, row)| one(index, row));
+    }
+}
+
 /// Causal attention of `q` `[heads, len, d]` over `k`, `v` `[kv_heads,
 /// total, d]` (the last `len` positions of `total` are the queries'),
 /// grouped heads (head h reads kv head h / (heads / kv_heads)).
@@ -300,42 +616,77 @@ pub fn host_f32(array: &Array) -> Result<Vec<f32>> {
     Ok(array.as_slice::<f32>().to_vec())
 }
 
-/// [`matmul_nt`] by an evaluated, contiguous weight array stored as f32
-/// or bf16 (`linear::LinearWeight::Host`).
-fn matmul_weight(x: &[f32], weight: &Array, k: usize, out: &mut [f32]) {
-    match weight.dtype() {
-        Dtype::Bfloat16 => matmul_nt(x, weight.as_slice::<bf16>(), k, out),
-        _ => matmul_nt(x, weight.as_slice::<f32>(), k, out),
+/// A linear map's weights as the host kernels hold them: evaluated,
+/// contiguous, and laid out for the sums they take.
+#[derive(Clone)]
+pub struct HostMatrix {
+    pub weight: Array,
+    pub layout: Layout,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// `[n, k]` f32 or bf16, by [`matmul_nt`] (f32 checkpoints).
+    Rows,
+    /// `[k, n]` bf16, by [`matmul_columns`]: bf16 checkpoints, whose bf16
+    /// inputs it multiplies exactly as MLX's CPU kernels do. Inputs of
+    /// another type take [`ColumnSum::F32`].
+    Columns(ColumnSum),
+}
+
+impl HostMatrix {
+    /// Input width k and output width n.
+    pub fn dims(&self) -> (usize, usize) {
+        let s = self.weight.shape();
+        match self.layout {
+            Layout::Rows => (s[1] as usize, s[0] as usize),
+            Layout::Columns(_) => (s[0] as usize, s[1] as usize),
+        }
+    }
+
+    /// `x W^T` for `xs` `[rows, k]` whose values are of type `dtype`.
+    fn product(&self, xs: &[f32], dtype: Dtype) -> Vec<f32> {
+        let (k, n) = self.dims();
+        let mut out = vec![0f32; xs.len() / k * n];
+        match (self.layout, self.weight.dtype()) {
+            (Layout::Rows, Dtype::Bfloat16) => {
+                matmul_nt(xs, self.weight.as_slice::<bf16>(), k, &mut out)
+            }
+            (Layout::Rows, _) => matmul_nt(xs, self.weight.as_slice::<f32>(), k, &mut out),
+            (Layout::Columns(sum), _) => {
+                let sum = if dtype == Dtype::Bfloat16 {
+                    sum
+                } else {
+                    ColumnSum::F32
+                };
+                matmul_columns(xs, self.weight.as_slice::<bf16>(), k, sum, &mut out)
+            }
+        }
+        out
     }
 }
 
-/// `x W^T` for `x` `[..., k]` and `weight` `[n, k]` f32 or bf16 (evaluated,
-/// contiguous), in `x`'s dtype.
-pub fn linear(x: &Array, weight: &Array) -> Result<Array> {
+/// `x W^T` for `x` `[..., k]`, in `x`'s dtype.
+pub fn linear(x: &Array, weight: &HostMatrix) -> Result<Array> {
     let shape = x.shape().to_vec();
-    let k = *shape.last().unwrap_or(&1) as usize;
-    let cols = weight.shape()[0];
+    let (_, cols) = weight.dims();
     let xs = host_f32(x)?;
-    let mut out = vec![0f32; xs.len() / k * cols as usize];
-    matmul_weight(&xs, weight, k, &mut out);
+    let out = weight.product(&xs, x.dtype());
     let mut out_shape = shape;
-    *out_shape.last_mut().unwrap() = cols;
+    *out_shape.last_mut().unwrap() = cols as i32;
     Ok(Array::from_slice(&out, &out_shape).as_dtype(x.dtype())?)
 }
 
 /// `x W^T` for the stacked weights of several maps of the same `x`
-/// (`weight` `[sum of cols, k]` f32), one array per map, in `x`'s dtype:
+/// (`cols`: each map's width, in order), one array per map, in `x`'s dtype:
 /// one host product, one read of `x`, instead of one each. Each output is
-/// the same [`dot`] as the map's own product gives, so the values are bit
+/// the same sum as the map's own product gives, so the values are bit
 /// for bit those of the maps one by one.
-pub fn linear_split(x: &Array, weight: &Array, cols: &[i32]) -> Result<Vec<Array>> {
+pub fn linear_split(x: &Array, weight: &HostMatrix, cols: &[i32]) -> Result<Vec<Array>> {
     let shape = x.shape().to_vec();
-    let k = *shape.last().unwrap_or(&1) as usize;
-    let all = weight.shape()[0] as usize;
+    let (_, all) = weight.dims();
     let xs = host_f32(x)?;
-    let rows = xs.len() / k;
-    let mut out = vec![0f32; rows * all];
-    matmul_weight(&xs, weight, k, &mut out);
+    let out = weight.product(&xs, x.dtype());
     let mut first = 0usize;
     cols.iter()
         .map(|&n| {
@@ -353,8 +704,9 @@ pub fn linear_split(x: &Array, weight: &Array, cols: &[i32]) -> Result<Vec<Array
         .collect()
 }
 
-/// [`attention`] for MLX arrays: `q` `[1, heads, len, d]`, `k`, `v`
-/// `[1, kv_heads, total, d]`; returns `[1, heads, len, d]` in `q`'s dtype.
+/// [`attention`] (f32) or, for bf16 inputs, [`attention_bf16`] for MLX
+/// arrays: `q` `[1, heads, len, d]`, `k`, `v` `[1, kv_heads, total, d]`;
+/// returns `[1, heads, len, d]` in `q`'s dtype.
 pub fn causal_attention(q: &Array, k: &Array, v: &Array, scale: f32) -> Result<Array> {
     let (qs, ks) = (q.shape(), k.shape());
     let dims = (
@@ -366,7 +718,11 @@ pub fn causal_attention(q: &Array, k: &Array, v: &Array, scale: f32) -> Result<A
     );
     let (qh, kh, vh) = (host_f32(q)?, host_f32(k)?, host_f32(v)?);
     let mut out = vec![0f32; qh.len()];
-    attention(&qh, &kh, &vh, dims, scale, &mut out);
+    if [q, k, v].iter().all(|a| a.dtype() == Dtype::Bfloat16) {
+        attention_bf16(&qh, &kh, &vh, dims, scale, &mut out);
+    } else {
+        attention(&qh, &kh, &vh, dims, scale, &mut out);
+    }
     Ok(Array::from_slice(&out, qs).as_dtype(q.dtype())?)
 }
 
@@ -446,15 +802,19 @@ mod tests {
             .collect();
         let stacked = mlx_rs::ops::concatenate(&parts, 0).unwrap();
         stacked.eval().unwrap();
+        let rows = |weight: &Array| HostMatrix {
+            weight: weight.clone(),
+            layout: Layout::Rows,
+        };
         let x = Array::from_slice(&values(5 * k, 9.0), &[1, 5, k as i32])
             .as_dtype(Dtype::Bfloat16)
             .unwrap();
         let cols = cols.map(|n| n as i32);
-        let split = linear_split(&x, &stacked, &cols).unwrap();
+        let split = linear_split(&x, &rows(&stacked), &cols).unwrap();
         assert_eq!(split.len(), 3);
         for (part, (weight, n)) in split.iter().zip(parts.iter().zip(cols)) {
             weight.eval().unwrap();
-            let own = linear(&x, weight).unwrap();
+            let own = linear(&x, &rows(weight)).unwrap();
             assert_eq!(part.shape(), &[1, 5, n]);
             assert_eq!(part.dtype(), Dtype::Bfloat16);
             assert_eq!(host_f32(part).unwrap(), host_f32(&own).unwrap());

@@ -7,7 +7,7 @@
 
 use crate::config::{QuantParams, Quantization};
 use crate::error::{ModelError, Result};
-use crate::nn::host;
+use crate::nn::host::{self, ColumnSum, HostMatrix, Layout};
 use flashbar_mlx::device::{self, Backend};
 use flashbar_mlx::row_invariant;
 use mlx_rs::ops::{dequantize, gather_mm, gather_qmm, matmul, quantized_matmul};
@@ -177,10 +177,12 @@ pub enum LinearWeight {
     Dense(Array),
     Quantized(Packed),
     /// For the host kernels: exactly the checkpoint's values (dequantized
-    /// when packed; `dtype` is the type they came in), evaluated, stored as
-    /// bf16 when they are bf16 and as f32 otherwise.
+    /// when packed; `dtype` is the type they came in), evaluated: bf16
+    /// values stored bf16 by columns, summed as MLX's CPU kernel for them
+    /// sums (its quantized matmul for packed ones, its gemm for the rest);
+    /// others stored f32 by rows (docs/cpu.md, "Parity with mlx-lm").
     Host {
-        weight: Array,
+        weight: HostMatrix,
         dtype: Dtype,
     },
 }
@@ -197,26 +199,33 @@ impl LinearWeight {
         if !(hostable && weights.path == MatmulPath::Host) {
             return Ok(loaded);
         }
-        let (values, dtype) = match loaded {
+        let (values, dtype, sum) = match loaded {
             LinearWeight::Quantized(q) => (
                 dequantize(&q.weight, &q.scales, &q.biases, q.group_size, q.bits)?,
                 q.scales.dtype(),
+                ColumnSum::Bf16,
             ),
             LinearWeight::Dense(w) => {
                 let dtype = w.dtype();
-                (w, dtype)
+                (w, dtype, ColumnSum::F32)
             }
             host => return Ok(host),
         };
         // bf16 values stay bf16 (they widen to f32 exactly in the kernels,
-        // and a decode step reads half the bytes); others become f32.
-        let stored = if dtype == Dtype::Bfloat16 {
-            Dtype::Bfloat16
+        // and a decode step reads half the bytes), by columns for MLX's
+        // order of sums; others become f32, by rows.
+        let weight = if dtype == Dtype::Bfloat16 {
+            HostMatrix {
+                weight: values.t().as_dtype(Dtype::Bfloat16)?.contiguous()?,
+                layout: Layout::Columns(sum),
+            }
         } else {
-            Dtype::Float32
+            HostMatrix {
+                weight: values.as_dtype(Dtype::Float32)?.contiguous()?,
+                layout: Layout::Rows,
+            }
         };
-        let weight = values.as_dtype(stored)?.contiguous()?;
-        weight.eval()?;
+        weight.weight.eval()?;
         Ok(LinearWeight::Host { weight, dtype })
     }
 
@@ -293,8 +302,8 @@ impl Linear {
 /// one by one (`host::linear_split`). Elsewhere each map runs on its own.
 pub struct Fused {
     parts: Vec<Linear>,
-    /// The stacked f32 weights and each map's width, on the host path.
-    host: Option<(Array, Vec<i32>)>,
+    /// The stacked weights and each map's width, on the host path.
+    host: Option<(HostMatrix, Vec<i32>)>,
 }
 
 impl Fused {
@@ -303,22 +312,31 @@ impl Fused {
             .iter()
             .map(|path| Linear::load(weights, path))
             .collect::<Result<Vec<_>>>()?;
-        let stackable: Option<Vec<&Array>> = parts
+        let stackable: Option<Vec<&HostMatrix>> = parts
             .iter()
             .map(|part| match (&part.weight, &part.bias) {
                 (LinearWeight::Host { weight, .. }, None) => Some(weight),
                 _ => None,
             })
             .collect();
-        let Some(stack) = stackable.filter(|s| s.len() > 1) else {
+        // Maps summed alike only (a checkpoint may pack some and not others).
+        let Some(stack) =
+            stackable.filter(|s| s.len() > 1 && s.iter().all(|w| w.layout == s[0].layout))
+        else {
             return Ok(Fused { parts, host: None });
         };
-        let cols = stack.iter().map(|w| w.shape()[0]).collect();
-        let stacked = mlx_rs::ops::concatenate(&stack, 0)?;
-        stacked.eval()?;
+        let layout = stack[0].layout;
+        let cols = stack.iter().map(|w| w.dims().1 as i32).collect();
+        let arrays: Vec<&Array> = stack.iter().map(|w| &w.weight).collect();
+        let axis = match layout {
+            Layout::Rows => 0,
+            Layout::Columns(_) => 1,
+        };
+        let weight = mlx_rs::ops::concatenate(&arrays, axis)?.contiguous()?;
+        weight.eval()?;
         Ok(Fused {
             parts: Vec::new(),
-            host: Some((stacked, cols)),
+            host: Some((HostMatrix { weight, layout }, cols)),
         })
     }
 
@@ -364,7 +382,17 @@ impl Embedding {
         Ok(match &self.weight {
             LinearWeight::Dense(w) => w.take_axis(ids, 0)?,
             // The dequantized values, back in the type dequantize gives.
-            LinearWeight::Host { weight, dtype } => weight.take_axis(ids, 0)?.as_dtype(*dtype)?,
+            LinearWeight::Host { weight, dtype } => match weight.layout {
+                Layout::Rows => weight.weight.take_axis(ids, 0)?,
+                Layout::Columns(_) => {
+                    // Columns of `[k, vocab]`: `[k, ...ids]`, k moved last.
+                    let picked = weight.weight.take_axis(ids, 1)?;
+                    let mut axes: Vec<i32> = (1..picked.ndim() as i32).collect();
+                    axes.push(0);
+                    picked.transpose_axes(&axes)?
+                }
+            }
+            .as_dtype(*dtype)?,
             LinearWeight::Quantized(q) => dequantize(
                 q.weight.take_axis(ids, 0)?,
                 q.scales.take_axis(ids, 0)?,
@@ -397,8 +425,12 @@ impl SwitchLinear {
     /// `x`: `[..., 1, in]` rows, `indices`: the expert of each row.
     pub fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
         Ok(match &self.weight {
-            LinearWeight::Dense(w) | LinearWeight::Host { weight: w, .. } => {
-                gather_mm(x, w.swap_axes(-1, -2)?, None, indices, false)?
+            LinearWeight::Dense(w) => gather_mm(x, w.swap_axes(-1, -2)?, None, indices, false)?,
+            LinearWeight::Host { .. } => {
+                return Err(mlx_rs::error::Exception::custom(
+                    "experts are never unpacked for the host kernels",
+                )
+                .into())
             }
             LinearWeight::Quantized(q) => gather_qmm(
                 x,
