@@ -12,6 +12,7 @@
 
 use crate::error::Result;
 use half::bf16;
+use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Dtype};
 use rayon::prelude::*;
 
@@ -309,24 +310,39 @@ pub enum ColumnSum {
     F32,
 }
 
-/// One output of [`matmul_columns`]: row `x` against column `col` of `wt`
-/// (`[k, n]`), summed in k order as `sum` says. The reference for the
+/// Columns of a panel: weights stored by columns are kept as panels of
+/// this many, each `[k, PANEL]` contiguous, so a strip of columns reads its
+/// weights in one sequential stream per panel.
+pub const PANEL: usize = 8;
+
+/// One output of [`matmul_columns`]: row `x` against column `col` of the
+/// panels `w`, summed in k order as `sum` says. The reference for the
 /// vector kernels (same bits) and their tail.
 #[inline]
-fn column_scalar(x: &[f32], wt: &[bf16], n: usize, col: usize, sum: ColumnSum) -> f32 {
+fn column_scalar(x: &[f32], w: &[bf16], col: usize, sum: ColumnSum) -> f32 {
+    let k = x.len();
+    let panel = &w[col / PANEL * k * PANEL..][..k * PANEL];
+    let lane = col % PANEL;
     let mut acc = 0f32;
     for (i, &xv) in x.iter().enumerate() {
-        let w = wt[i * n + col].widen();
+        let w = panel[i * PANEL + lane].widen();
         acc = match sum {
-            ColumnSum::Bf16 => round_bf16(acc + round_bf16(xv * w)),
+            ColumnSum::Bf16 => round_bf16_finite(acc + round_bf16_finite(xv * w)),
             ColumnSum::F32 => acc + xv * w,
         };
     }
     acc
 }
 
-/// [`round_bf16`] of eight lanes (finite or infinite values; a NaN stays
-/// a NaN).
+/// [`round_bf16`] without its NaN case: the kernels' rounding, where a NaN
+/// (from a NaN or infinite input) stays a NaN but may change its sign.
+#[inline(always)]
+fn round_bf16_finite(x: f32) -> f32 {
+    let u = x.to_bits();
+    f32::from_bits(u.wrapping_add(0x7FFF + ((u >> 16) & 1)) & 0xFFFF_0000)
+}
+
+/// [`round_bf16_finite`] of eight lanes.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn round8(v: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
@@ -334,43 +350,35 @@ unsafe fn round8(v: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     let u = _mm256_castps_si256(v);
     let lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
     let u = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb);
-    let rounded = _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(-65536)));
-    // NaN lanes keep MLX's NaN.
-    let nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-    _mm256_blendv_ps(
-        rounded,
-        _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC0_0000)),
-        nan,
-    )
+    _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(-65536)))
 }
 
-/// Outputs `[c0, c0 + 8 B)` of `R` rows (`rows`, each `k` long in `x`),
-/// eight columns to a register: lane j sums exactly as [`column_scalar`]
-/// does for its column, so the bits are the same.
+/// Panels `[p0, p0 + B)` of `R` rows (`rows`, each `k` long in `x`), one
+/// panel to a register: lane j sums exactly as [`column_scalar`] does for
+/// its column, so the bits are the same. Writes `PANEL * B` outputs per row
+/// into `out` (`[.., out_cols]`) from column `out_c0`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn strip_avx2<const R: usize, const B: usize, const ROUND: bool>(
     x: &[f32],
     k: usize,
     rows: [usize; R],
-    wt: &[bf16],
-    n: usize,
-    c0: usize,
+    w: &[bf16],
+    p0: usize,
     out: &mut [f32],
     out_cols: usize,
     out_c0: usize,
 ) {
     use std::arch::x86_64::*;
-    debug_assert!(c0 + 8 * B <= n && wt.len() == k * n);
+    assert!((p0 + B) * k * PANEL <= w.len() && out_c0 + PANEL * B <= out_cols);
     let mut acc = [[_mm256_setzero_ps(); B]; R];
     let xs = rows.map(|r| x[r * k..(r + 1) * k].as_ptr());
-    let w = wt.as_ptr();
+    let panels: [*const half::bf16; B] =
+        std::array::from_fn(|b| w.as_ptr().add((p0 + b) * k * PANEL));
     for i in 0..k {
-        let row = w.add(i * n + c0);
-        let mut ws = [_mm256_setzero_ps(); B];
-        for (b, wb) in ws.iter_mut().enumerate() {
-            *wb = <half::bf16 as Load8>::load8(row.add(8 * b));
-        }
+        let ws: [__m256; B] =
+            std::array::from_fn(|b| <half::bf16 as Load8>::load8(panels[b].add(i * PANEL)));
         for r in 0..R {
             let xb = _mm256_set1_ps(*xs[r].add(i));
             for b in 0..B {
@@ -384,118 +392,166 @@ unsafe fn strip_avx2<const R: usize, const B: usize, const ROUND: bool>(
         }
     }
     for r in 0..R {
+        assert!((rows[r] + 1) * out_cols <= out.len());
         for b in 0..B {
-            let at = rows[r] * out_cols + out_c0 + 8 * b;
-            _mm256_storeu_ps(out[at..at + 8].as_mut_ptr(), acc[r][b]);
+            let at = rows[r] * out_cols + out_c0 + PANEL * b;
+            _mm256_storeu_ps(out.as_mut_ptr().add(at), acc[r][b]);
         }
     }
 }
 
-/// Columns `[c0, c1)` of every row of `x` `[rows, k]` by `wt` `[k, n]`,
-/// into `out` `[rows, out_cols]` at column `out_c0`.
-#[allow(clippy::too_many_arguments)]
+/// Columns `[c0, c1)` (`c0` a multiple of [`PANEL`]) of every row of `x`
+/// `[rows, k]` by the panels `w`, into `out` `[rows, c1 - c0]`.
 fn columns_range(
     x: &[f32],
     k: usize,
-    wt: &[bf16],
-    n: usize,
+    w: &[bf16],
     (c0, c1): (usize, usize),
     sum: ColumnSum,
     out: &mut [f32],
-    out_cols: usize,
-    out_c0: usize,
 ) {
     let rows = x.len() / k;
+    let width = c1 - c0;
     let mut c = c0;
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         macro_rules! strip {
-            ($r:expr, $b:expr, $rows:expr, $c:expr) => {
-                // SAFETY: AVX2 is there (checked above); the strip's columns
-                // are inside `wt`'s n and `out`'s columns, its rows inside x.
+            ($r:expr, $b:expr, $rows:expr) => {
+                // SAFETY: AVX2 is there (checked above); the strip's panels
+                // and outputs are checked inside `w` and `out` by asserts.
                 unsafe {
                     match sum {
                         ColumnSum::Bf16 => strip_avx2::<$r, $b, true>(
                             x,
                             k,
                             $rows,
-                            wt,
-                            n,
-                            $c,
+                            w,
+                            c / PANEL,
                             out,
-                            out_cols,
-                            out_c0 + $c - c0,
+                            width,
+                            c - c0,
                         ),
                         ColumnSum::F32 => strip_avx2::<$r, $b, false>(
                             x,
                             k,
                             $rows,
-                            wt,
-                            n,
-                            $c,
+                            w,
+                            c / PANEL,
                             out,
-                            out_cols,
-                            out_c0 + $c - c0,
+                            width,
+                            c - c0,
                         ),
                     }
                 }
             };
         }
-        // Four rows by 16 columns, or one row by 32: eight sums in flight.
-        while c + 16 <= c1 {
-            let wide = rows < ROW_BLOCK && c + 32 <= c1;
+        // Four rows by two panels, or one row by four: eight sums in flight.
+        while c + 2 * PANEL <= c1 {
+            let wide = c + 4 * PANEL <= c1;
             let mut m = 0;
             while m + ROW_BLOCK <= rows {
-                strip!(4, 2, [m, m + 1, m + 2, m + 3], c);
+                strip!(4, 2, [m, m + 1, m + 2, m + 3]);
                 m += ROW_BLOCK;
             }
             for m in m..rows {
-                if wide {
-                    strip!(1, 4, [m], c);
+                if wide && rows < ROW_BLOCK {
+                    strip!(1, 4, [m]);
                 } else {
-                    strip!(1, 2, [m], c);
+                    strip!(1, 2, [m]);
                 }
             }
-            c += if wide { 32 } else { 16 };
+            c += if wide && rows < ROW_BLOCK {
+                4 * PANEL
+            } else {
+                2 * PANEL
+            };
         }
     }
     for m in 0..rows {
         let row = &x[m * k..(m + 1) * k];
         for col in c..c1 {
-            out[m * out_cols + out_c0 + col - c0] = column_scalar(row, wt, n, col, sum);
+            out[m * width + col - c0] = column_scalar(row, w, col, sum);
         }
     }
 }
 
-/// `out[m, j] = x[m, :] . wt[:, j]` for `x` `[rows, k]` and bf16 weights
-/// stored by columns, `wt` `[k, n]`, summed as `sum` says (MLX's CPU
-/// kernels for bf16 inputs). Each output is its own sequential sum, so it
-/// is the same however many rows come together; threads take blocks of
-/// columns.
-pub fn matmul_columns(x: &[f32], wt: &[bf16], k: usize, sum: ColumnSum, out: &mut [f32]) {
-    let (rows, n) = (x.len() / k, wt.len() / k);
+/// `out[m, j] = x[m, :] . W[j, :]` for `x` `[rows, k]` and bf16 weights
+/// `W` `[n, k]` stored as panels (`w`: [`to_panels`]), summed as `sum`
+/// says (MLX's CPU kernels for bf16 inputs). Each output is its own
+/// sequential sum, so it is the same however many rows come together;
+/// threads take blocks of columns.
+pub fn matmul_columns(x: &[f32], w: &[bf16], k: usize, n: usize, sum: ColumnSum, out: &mut [f32]) {
+    let rows = x.len() / k;
     debug_assert_eq!(out.len(), rows * n);
-    if rows * n * k < PARALLEL_FROM {
-        columns_range(x, k, wt, n, (0, n), sum, out, n, 0);
-        return;
-    }
-    // Blocks of whole 32-column strips, a few per thread.
-    let block = (n.div_ceil(rayon::current_num_threads() * 4)).div_ceil(32) * 32;
-    let parts: Vec<(usize, Vec<f32>)> = (0..n.div_ceil(block))
-        .into_par_iter()
-        .map(|b| {
-            let (c0, c1) = (b * block, ((b + 1) * block).min(n));
-            let mut part = vec![0f32; rows * (c1 - c0)];
-            columns_range(x, k, wt, n, (c0, c1), sum, &mut part, c1 - c0, 0);
-            (c0, part)
-        })
-        .collect();
+    debug_assert!(w.len() >= n.div_ceil(PANEL) * PANEL * k);
+    let block = if rows * n * k < PARALLEL_FROM {
+        n
+    } else {
+        // A few blocks of whole 32-column strips per thread.
+        (n.div_ceil(rayon::current_num_threads() * 4)).div_ceil(4 * PANEL) * 4 * PANEL
+    };
+    let parts: Vec<(usize, Vec<f32>)> = if block >= n {
+        let mut part = vec![0f32; rows * n];
+        columns_range(x, k, w, (0, n), sum, &mut part);
+        vec![(0, part)]
+    } else {
+        (0..n.div_ceil(block))
+            .into_par_iter()
+            .map(|b| {
+                let (c0, c1) = (b * block, ((b + 1) * block).min(n));
+                let mut part = vec![0f32; rows * (c1 - c0)];
+                columns_range(x, k, w, (c0, c1), sum, &mut part);
+                (c0, part)
+            })
+            .collect()
+    };
     for (c0, part) in parts {
         let width = part.len() / rows;
         for m in 0..rows {
             out[m * n + c0..m * n + c0 + width].copy_from_slice(&part[m * width..(m + 1) * width]);
         }
     }
+}
+
+/// `values` `[n, k]` as bf16 panels `[ceil(n / PANEL), k, PANEL]` (the
+/// last one padded with zeros), evaluated.
+pub fn to_panels(values: &Array) -> Result<Array> {
+    let (n, k) = (values.shape()[0], values.shape()[1]);
+    let panel = PANEL as i32;
+    let padded = (n + panel - 1) / panel * panel;
+    let values = values.as_dtype(Dtype::Bfloat16)?;
+    let values = if padded > n {
+        let zeros = mlx_rs::ops::zeros_dtype(&[padded - n, k], Dtype::Bfloat16)?;
+        mlx_rs::ops::concatenate(&[values, zeros], 0)?
+    } else {
+        values
+    };
+    let panels = values
+        .reshape(&[padded / PANEL as i32, PANEL as i32, k])?
+        .transpose_axes(&[0, 2, 1])?
+        .contiguous()?;
+    panels.eval()?;
+    Ok(panels)
+}
+
+/// The `[n, k]` values of panels made by [`to_panels`].
+pub fn from_panels(panels: &Array, n: i32) -> Result<Array> {
+    let (count, k) = (panels.shape()[0], panels.shape()[1]);
+    Ok(panels
+        .transpose_axes(&[0, 2, 1])?
+        .reshape(&[count * PANEL as i32, k])?
+        .index((..n, ..)))
+}
+
+/// Rows `ids` of `W` `[n, k]` from its panels: `[ids.len(), k]` f32.
+pub fn panel_rows(panels: &[bf16], k: usize, ids: &[i32]) -> Vec<f32> {
+    let mut out = Vec::with_capacity(ids.len() * k);
+    for &id in ids {
+        let id = id as usize;
+        let panel = &panels[id / PANEL * k * PANEL..][..k * PANEL];
+        out.extend((0..k).map(|i| panel[i * PANEL + id % PANEL].widen()));
+    }
+    out
 }
 
 /// Causal attention for bf16 inputs as MLX's CPU
@@ -622,26 +678,106 @@ pub fn host_f32(array: &Array) -> Result<Vec<f32>> {
 pub struct HostMatrix {
     pub weight: Array,
     pub layout: Layout,
+    /// Outputs (n) and inputs (k) of the map.
+    pub n: usize,
+    pub k: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
     /// `[n, k]` f32 or bf16, by [`matmul_nt`] (f32 checkpoints).
     Rows,
-    /// `[k, n]` bf16, by [`matmul_columns`]: bf16 checkpoints, whose bf16
-    /// inputs it multiplies exactly as MLX's CPU kernels do. Inputs of
-    /// another type take [`ColumnSum::F32`].
+    /// bf16 panels ([`to_panels`]), by [`matmul_columns`]: bf16
+    /// checkpoints, whose bf16 inputs it multiplies exactly as MLX's CPU
+    /// kernels do. Inputs of another type take [`ColumnSum::F32`].
     Columns(ColumnSum),
 }
 
 impl HostMatrix {
+    /// `values` `[n, k]` stored f32 by rows.
+    pub fn rows(values: &Array) -> Result<Self> {
+        let weight = values.as_dtype(Dtype::Float32)?.contiguous()?;
+        weight.eval()?;
+        Ok(HostMatrix {
+            n: weight.shape()[0] as usize,
+            k: weight.shape()[1] as usize,
+            weight,
+            layout: Layout::Rows,
+        })
+    }
+
+    /// `values` `[n, k]` (bf16 values) stored as bf16 panels, summed as `sum` says.
+    pub fn columns(values: &Array, sum: ColumnSum) -> Result<Self> {
+        Ok(HostMatrix {
+            n: values.shape()[0] as usize,
+            k: values.shape()[1] as usize,
+            weight: to_panels(values)?,
+            layout: Layout::Columns(sum),
+        })
+    }
+
+    /// The `[n, k]` values.
+    pub fn values(&self) -> Result<Array> {
+        match self.layout {
+            Layout::Rows => Ok(self.weight.clone()),
+            Layout::Columns(_) => from_panels(&self.weight, self.n as i32),
+        }
+    }
+
+    /// Maps of the same input stacked into one (outputs in order), or None
+    /// when they are not summed alike.
+    pub fn stack(parts: &[&HostMatrix]) -> Result<Option<Self>> {
+        let layout = parts[0].layout;
+        if parts
+            .iter()
+            .any(|p| p.layout != layout || p.k != parts[0].k)
+        {
+            return Ok(None);
+        }
+        let values = parts
+            .iter()
+            .map(|p| p.values())
+            .collect::<Result<Vec<_>>>()?;
+        let stacked = mlx_rs::ops::concatenate(&values, 0)?;
+        Ok(Some(match layout {
+            Layout::Rows => HostMatrix::rows(&stacked)?,
+            Layout::Columns(sum) => HostMatrix::columns(&stacked, sum)?,
+        }))
+    }
+
     /// Input width k and output width n.
     pub fn dims(&self) -> (usize, usize) {
-        let s = self.weight.shape();
-        match self.layout {
-            Layout::Rows => (s[1] as usize, s[0] as usize),
-            Layout::Columns(_) => (s[0] as usize, s[1] as usize),
+        (self.k, self.n)
+    }
+
+    /// Rows `ids` of the `[n, k]` values, f32, `[ids.len(), k]`.
+    pub fn gather_rows(&self, ids: &[i32]) -> Result<Vec<f32>> {
+        if let Some(bad) = ids.iter().find(|&&id| id < 0 || id as usize >= self.n) {
+            return Err(mlx_rs::error::Exception::custom(format!(
+                "token id {bad} out of range (vocabulary {})",
+                self.n
+            ))
+            .into());
         }
+        Ok(match (self.layout, self.weight.dtype()) {
+            (Layout::Columns(_), _) => panel_rows(self.weight.as_slice::<bf16>(), self.k, ids),
+            (Layout::Rows, Dtype::Bfloat16) => {
+                let w = self.weight.as_slice::<bf16>();
+                ids.iter()
+                    .flat_map(|&id| {
+                        w[id as usize * self.k..][..self.k]
+                            .iter()
+                            .map(|v| v.widen())
+                    })
+                    .collect()
+            }
+            (Layout::Rows, _) => {
+                let w = self.weight.as_slice::<f32>();
+                ids.iter()
+                    .flat_map(|&id| w[id as usize * self.k..][..self.k].iter().copied())
+                    .collect()
+            }
+        })
     }
 
     /// `x W^T` for `xs` `[rows, k]` whose values are of type `dtype`.
@@ -659,7 +795,7 @@ impl HostMatrix {
                 } else {
                     ColumnSum::F32
                 };
-                matmul_columns(xs, self.weight.as_slice::<bf16>(), k, sum, &mut out)
+                matmul_columns(xs, self.weight.as_slice::<bf16>(), k, n, sum, &mut out)
             }
         }
         out
@@ -802,10 +938,7 @@ mod tests {
             .collect();
         let stacked = mlx_rs::ops::concatenate(&parts, 0).unwrap();
         stacked.eval().unwrap();
-        let rows = |weight: &Array| HostMatrix {
-            weight: weight.clone(),
-            layout: Layout::Rows,
-        };
+        let rows = |weight: &Array| HostMatrix::rows(weight).unwrap();
         let x = Array::from_slice(&values(5 * k, 9.0), &[1, 5, k as i32])
             .as_dtype(Dtype::Bfloat16)
             .unwrap();

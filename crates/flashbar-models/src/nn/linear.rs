@@ -7,7 +7,7 @@
 
 use crate::config::{QuantParams, Quantization};
 use crate::error::{ModelError, Result};
-use crate::nn::host::{self, ColumnSum, HostMatrix, Layout};
+use crate::nn::host::{self, ColumnSum, HostMatrix};
 use flashbar_mlx::device::{self, Backend};
 use flashbar_mlx::row_invariant;
 use mlx_rs::ops::{dequantize, gather_mm, gather_qmm, matmul, quantized_matmul};
@@ -215,17 +215,10 @@ impl LinearWeight {
         // and a decode step reads half the bytes), by columns for MLX's
         // order of sums; others become f32, by rows.
         let weight = if dtype == Dtype::Bfloat16 {
-            HostMatrix {
-                weight: values.t().as_dtype(Dtype::Bfloat16)?.contiguous()?,
-                layout: Layout::Columns(sum),
-            }
+            HostMatrix::columns(&values, sum)?
         } else {
-            HostMatrix {
-                weight: values.as_dtype(Dtype::Float32)?.contiguous()?,
-                layout: Layout::Rows,
-            }
+            HostMatrix::rows(&values)?
         };
-        weight.weight.eval()?;
         Ok(LinearWeight::Host { weight, dtype })
     }
 
@@ -320,23 +313,17 @@ impl Fused {
             })
             .collect();
         // Maps summed alike only (a checkpoint may pack some and not others).
-        let Some(stack) =
-            stackable.filter(|s| s.len() > 1 && s.iter().all(|w| w.layout == s[0].layout))
-        else {
+        let stacked = match stackable.filter(|s| s.len() > 1) {
+            Some(stack) => HostMatrix::stack(&stack)?,
+            None => None,
+        };
+        let Some(weight) = stacked else {
             return Ok(Fused { parts, host: None });
         };
-        let layout = stack[0].layout;
-        let cols = stack.iter().map(|w| w.dims().1 as i32).collect();
-        let arrays: Vec<&Array> = stack.iter().map(|w| &w.weight).collect();
-        let axis = match layout {
-            Layout::Rows => 0,
-            Layout::Columns(_) => 1,
-        };
-        let weight = mlx_rs::ops::concatenate(&arrays, axis)?.contiguous()?;
-        weight.eval()?;
+        let cols = stack_widths(&parts);
         Ok(Fused {
             parts: Vec::new(),
-            host: Some((HostMatrix { weight, layout }, cols)),
+            host: Some((weight, cols)),
         })
     }
 
@@ -366,6 +353,17 @@ impl Fused {
     }
 }
 
+/// Each map's output width.
+fn stack_widths(parts: &[Linear]) -> Vec<i32> {
+    parts
+        .iter()
+        .map(|part| match &part.weight {
+            LinearWeight::Host { weight, .. } => weight.n as i32,
+            _ => 0,
+        })
+        .collect()
+}
+
 /// Token embedding; also the output head when the model ties them.
 pub struct Embedding {
     weight: LinearWeight,
@@ -382,17 +380,15 @@ impl Embedding {
         Ok(match &self.weight {
             LinearWeight::Dense(w) => w.take_axis(ids, 0)?,
             // The dequantized values, back in the type dequantize gives.
-            LinearWeight::Host { weight, dtype } => match weight.layout {
-                Layout::Rows => weight.weight.take_axis(ids, 0)?,
-                Layout::Columns(_) => {
-                    // Columns of `[k, vocab]`: `[k, ...ids]`, k moved last.
-                    let picked = weight.weight.take_axis(ids, 1)?;
-                    let mut axes: Vec<i32> = (1..picked.ndim() as i32).collect();
-                    axes.push(0);
-                    picked.transpose_axes(&axes)?
-                }
+            LinearWeight::Host { weight, dtype } => {
+                let shape = ids.shape().to_vec();
+                let ids = ids.as_dtype(Dtype::Int32)?;
+                ids.eval()?;
+                let rows = weight.gather_rows(ids.as_slice::<i32>())?;
+                let mut out_shape = shape;
+                out_shape.push(weight.k as i32);
+                Array::from_slice(&rows, &out_shape).as_dtype(*dtype)?
             }
-            .as_dtype(*dtype)?,
             LinearWeight::Quantized(q) => dequantize(
                 q.weight.take_axis(ids, 0)?,
                 q.scales.take_axis(ids, 0)?,
