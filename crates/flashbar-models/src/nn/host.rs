@@ -313,7 +313,7 @@ pub enum ColumnSum {
 /// Columns of a panel: weights stored by columns are kept as panels of
 /// this many, each `[k, PANEL]` contiguous, so a strip of columns reads its
 /// weights in one sequential stream per panel.
-pub const PANEL: usize = 8;
+pub const PANEL: usize = 16;
 
 /// One output of [`matmul_columns`]: row `x` against column `col` of the
 /// panels `w`, summed in k order as `sum` says. The reference for the
@@ -353,10 +353,11 @@ unsafe fn round8(v: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(-65536)))
 }
 
-/// Panels `[p0, p0 + B)` of `R` rows (`rows`, each `k` long in `x`), one
-/// panel to a register: lane j sums exactly as [`column_scalar`] does for
-/// its column, so the bits are the same. Writes `PANEL * B` outputs per row
-/// into `out` (`[.., out_cols]`) from column `out_c0`.
+/// `B` registers of eight columns from column `c0` (a multiple of eight)
+/// of `R` rows (`rows`, each `k` long in `x`): lane j of a register sums
+/// exactly as [`column_scalar`] does for its column, so the bits are the
+/// same. Writes `8 B` outputs per row into `out` (`[.., out_cols]`) from
+/// column `out_c0`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
@@ -365,20 +366,24 @@ unsafe fn strip_avx2<const R: usize, const B: usize, const ROUND: bool>(
     k: usize,
     rows: [usize; R],
     w: &[bf16],
-    p0: usize,
+    c0: usize,
     out: &mut [f32],
     out_cols: usize,
     out_c0: usize,
 ) {
     use std::arch::x86_64::*;
-    assert!((p0 + B) * k * PANEL <= w.len() && out_c0 + PANEL * B <= out_cols);
+    let start = |b: usize| {
+        let col = c0 + 8 * b;
+        col / PANEL * k * PANEL + col % PANEL
+    };
+    assert!(c0 % 8 == 0 && start(B - 1) + (k - 1) * PANEL + 8 <= w.len());
+    assert!(out_c0 + 8 * B <= out_cols);
     let mut acc = [[_mm256_setzero_ps(); B]; R];
     let xs = rows.map(|r| x[r * k..(r + 1) * k].as_ptr());
-    let panels: [*const half::bf16; B] =
-        std::array::from_fn(|b| w.as_ptr().add((p0 + b) * k * PANEL));
+    let from: [*const half::bf16; B] = std::array::from_fn(|b| w.as_ptr().add(start(b)));
     for i in 0..k {
         let ws: [__m256; B] =
-            std::array::from_fn(|b| <half::bf16 as Load8>::load8(panels[b].add(i * PANEL)));
+            std::array::from_fn(|b| <half::bf16 as Load8>::load8(from[b].add(i * PANEL)));
         for r in 0..R {
             let xb = _mm256_set1_ps(*xs[r].add(i));
             for b in 0..B {
@@ -394,14 +399,107 @@ unsafe fn strip_avx2<const R: usize, const B: usize, const ROUND: bool>(
     for r in 0..R {
         assert!((rows[r] + 1) * out_cols <= out.len());
         for b in 0..B {
-            let at = rows[r] * out_cols + out_c0 + PANEL * b;
+            let at = rows[r] * out_cols + out_c0 + 8 * b;
             _mm256_storeu_ps(out.as_mut_ptr().add(at), acc[r][b]);
         }
     }
 }
 
+/// [`round_bf16_finite`] of sixteen lanes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let u = _mm512_castps_si512(v);
+    let lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    let u = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb);
+    _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(-65536)))
+}
+
+/// [`strip_avx2`] with sixteen-lane registers, one panel each, from panel
+/// `p0`: the same operations per lane, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn strip_avx512<const R: usize, const B: usize, const ROUND: bool>(
+    x: &[f32],
+    k: usize,
+    rows: [usize; R],
+    w: &[bf16],
+    p0: usize,
+    out: &mut [f32],
+    out_cols: usize,
+    out_c0: usize,
+) {
+    use std::arch::x86_64::*;
+    assert!((p0 + B) * k * PANEL <= w.len() && out_c0 + PANEL * B <= out_cols);
+    let mut acc = [[_mm512_setzero_ps(); B]; R];
+    let xs = rows.map(|r| x[r * k..(r + 1) * k].as_ptr());
+    let from: [*const half::bf16; B] =
+        std::array::from_fn(|b| w.as_ptr().add((p0 + b) * k * PANEL));
+    for i in 0..k {
+        let ws: [__m512; B] = std::array::from_fn(|b| {
+            let halves = _mm256_loadu_si256(from[b].add(i * PANEL) as *const __m256i);
+            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16))
+        });
+        for r in 0..R {
+            let xb = _mm512_set1_ps(*xs[r].add(i));
+            for b in 0..B {
+                let p = _mm512_mul_ps(xb, ws[b]);
+                acc[r][b] = if ROUND {
+                    round16(_mm512_add_ps(acc[r][b], round16(p)))
+                } else {
+                    _mm512_add_ps(acc[r][b], p)
+                };
+            }
+        }
+    }
+    for r in 0..R {
+        assert!((rows[r] + 1) * out_cols <= out.len());
+        for b in 0..B {
+            let at = rows[r] * out_cols + out_c0 + PANEL * b;
+            _mm512_storeu_ps(out.as_mut_ptr().add(at), acc[r][b]);
+        }
+    }
+}
+
+/// Which vector kernels [`columns_range`] runs: set at run time, the same
+/// bits whichever runs (`FLASHBAR_HOST_SIMD=avx2|scalar` forces a narrower
+/// one, for the tests that compare them).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Simd {
+    Scalar,
+    Avx2,
+    Avx512,
+}
+
+fn simd() -> Simd {
+    static CHOSEN: std::sync::OnceLock<Simd> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        let forced = std::env::var("FLASHBAR_HOST_SIMD").ok();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx512 = std::is_x86_feature_detected!("avx512f");
+            let avx2 = std::is_x86_feature_detected!("avx2");
+            match forced.as_deref() {
+                Some("scalar") => Simd::Scalar,
+                Some("avx2") if avx2 => Simd::Avx2,
+                _ if avx512 => Simd::Avx512,
+                _ if avx2 => Simd::Avx2,
+                _ => Simd::Scalar,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = forced;
+            Simd::Scalar
+        }
+    })
+}
+
 /// Columns `[c0, c1)` (`c0` a multiple of [`PANEL`]) of every row of `x`
-/// `[rows, k]` by the panels `w`, into `out` `[rows, c1 - c0]`.
+/// `[rows, k]` by the panels `w`, into `out` `[rows, c1 - c0]`, by the
+/// widest kernel this CPU has ([`Simd`]).
 fn columns_range(
     x: &[f32],
     k: usize,
@@ -409,64 +507,55 @@ fn columns_range(
     (c0, c1): (usize, usize),
     sum: ColumnSum,
     out: &mut [f32],
+    kernels: Simd,
 ) {
     let rows = x.len() / k;
     let width = c1 - c0;
     let mut c = c0;
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
+    {
         macro_rules! strip {
-            ($r:expr, $b:expr, $rows:expr) => {
-                // SAFETY: AVX2 is there (checked above); the strip's panels
-                // and outputs are checked inside `w` and `out` by asserts.
+            ($kernel:ident, $r:expr, $b:expr, $rows:expr, $at:expr) => {
+                // SAFETY: the CPU has the kernel's features (`simd`); its
+                // columns and outputs are checked inside `w` and `out` by
+                // its asserts.
                 unsafe {
                     match sum {
-                        ColumnSum::Bf16 => strip_avx2::<$r, $b, true>(
-                            x,
-                            k,
-                            $rows,
-                            w,
-                            c / PANEL,
-                            out,
-                            width,
-                            c - c0,
-                        ),
-                        ColumnSum::F32 => strip_avx2::<$r, $b, false>(
-                            x,
-                            k,
-                            $rows,
-                            w,
-                            c / PANEL,
-                            out,
-                            width,
-                            c - c0,
-                        ),
+                        ColumnSum::Bf16 => {
+                            $kernel::<$r, $b, true>(x, k, $rows, w, $at, out, width, c - c0)
+                        }
+                        ColumnSum::F32 => {
+                            $kernel::<$r, $b, false>(x, k, $rows, w, $at, out, width, c - c0)
+                        }
                     }
                 }
             };
         }
-        // Four rows by two panels, or one row by four: eight sums in flight.
-        while c + 2 * PANEL <= c1 {
-            let wide = c + 4 * PANEL <= c1;
+        // Four rows by two registers, or one row by four: eight sums in flight.
+        let step = if kernels == Simd::Avx512 { PANEL } else { 8 };
+        while kernels != Simd::Scalar && c + 2 * step <= c1 {
+            let wide = rows < ROW_BLOCK && c + 4 * step <= c1;
             let mut m = 0;
             while m + ROW_BLOCK <= rows {
-                strip!(4, 2, [m, m + 1, m + 2, m + 3]);
+                match kernels {
+                    Simd::Avx512 => strip!(strip_avx512, 4, 2, [m, m + 1, m + 2, m + 3], c / PANEL),
+                    _ => strip!(strip_avx2, 4, 2, [m, m + 1, m + 2, m + 3], c),
+                }
                 m += ROW_BLOCK;
             }
             for m in m..rows {
-                if wide && rows < ROW_BLOCK {
-                    strip!(1, 4, [m]);
-                } else {
-                    strip!(1, 2, [m]);
+                match (kernels, wide) {
+                    (Simd::Avx512, true) => strip!(strip_avx512, 1, 4, [m], c / PANEL),
+                    (Simd::Avx512, false) => strip!(strip_avx512, 1, 2, [m], c / PANEL),
+                    (_, true) => strip!(strip_avx2, 1, 4, [m], c),
+                    (_, false) => strip!(strip_avx2, 1, 2, [m], c),
                 }
             }
-            c += if wide && rows < ROW_BLOCK {
-                4 * PANEL
-            } else {
-                2 * PANEL
-            };
+            c += if wide { 4 * step } else { 2 * step };
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = kernels;
     for m in 0..rows {
         let row = &x[m * k..(m + 1) * k];
         for col in c..c1 {
@@ -492,7 +581,7 @@ pub fn matmul_columns(x: &[f32], w: &[bf16], k: usize, n: usize, sum: ColumnSum,
     };
     let parts: Vec<(usize, Vec<f32>)> = if block >= n {
         let mut part = vec![0f32; rows * n];
-        columns_range(x, k, w, (0, n), sum, &mut part);
+        columns_range(x, k, w, (0, n), sum, &mut part, simd());
         vec![(0, part)]
     } else {
         (0..n.div_ceil(block))
@@ -500,7 +589,7 @@ pub fn matmul_columns(x: &[f32], w: &[bf16], k: usize, n: usize, sum: ColumnSum,
             .map(|b| {
                 let (c0, c1) = (b * block, ((b + 1) * block).min(n));
                 let mut part = vec![0f32; rows * (c1 - c0)];
-                columns_range(x, k, w, (c0, c1), sum, &mut part);
+                columns_range(x, k, w, (c0, c1), sum, &mut part, simd());
                 (c0, part)
             })
             .collect()
