@@ -292,6 +292,37 @@ mod tests {
         }
     }
 
+    /// The host recurrence is the MLX-ops one (`gated_delta::recurrence`,
+    /// mlx-lm's `gated_delta_ops` order) bit for bit: y, state, deltas.
+    #[test]
+    fn it_is_the_mlx_ops_recurrence_bit_for_bit() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let [q, k, v, g, beta] = inputs(D);
+        let start = values(D.hv * D.dv * D.dk, 9.0, 0.2);
+        let arr = |x: &[f32], shape: &[usize]| {
+            let shape: Vec<i32> = shape.iter().map(|&s| s as i32).collect();
+            Array::from_slice(x, &shape)
+        };
+        let (t, hk, hv, dk, dv) = (D.steps, D.hk, D.hv, D.dk, D.dv);
+        let (qa, ka) = (arr(&q, &[1, t, hk, dk]), arr(&k, &[1, t, hk, dk]));
+        let (va, ga, ba) = (
+            arr(&v, &[1, t, hv, dv]),
+            arr(&g, &[1, t, hv]),
+            arr(&beta, &[1, t, hv]),
+        );
+        let sa = arr(&start, &[1, hv, dv, dk]);
+        let (y0, s0, d0) =
+            crate::nn::gated_delta::recurrence(&qa, &ka, &va, &ga, &ba, sa.clone(), true).unwrap();
+        let (y1, s1, d1) = record_arrays(&qa, &ka, &va, &ga, &ba, &sa, true).unwrap();
+        assert_eq!(host_f32(&y1).unwrap(), host_f32(&y0).unwrap(), "y");
+        assert_eq!(host_f32(&s1).unwrap(), host_f32(&s0).unwrap(), "state");
+        assert_eq!(
+            host_f32(&d1.unwrap()).unwrap(),
+            host_f32(&d0.unwrap()).unwrap(),
+            "deltas"
+        );
+    }
+
     /// The recurrence as written in docs/dflash.md, in f64, agrees.
     #[test]
     fn it_computes_the_recurrence() {

@@ -961,6 +961,196 @@ mod tests {
             .collect()
     }
 
+    /// bf16 values (as f32) of a deterministic, sign-mixed sequence, some
+    /// of them products that land exactly on bf16 ties.
+    fn bf16_values(n: usize, salt: f32, scale: f32) -> Vec<f32> {
+        values(n, salt)
+            .into_iter()
+            .map(|v| bf16::from_f32(v * scale).to_f32())
+            .collect()
+    }
+
+    fn cpu() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+    }
+
+    fn host(a: &Array) -> Vec<f32> {
+        host_f32(a).unwrap()
+    }
+
+    /// Every vector kernel, at every blocking and tail, gives its scalar
+    /// reference's bits: AVX-512, AVX2 and scalar machines agree.
+    #[test]
+    fn column_kernels_equal_their_scalar_reference() {
+        cpu();
+        for (n, k) in [(16, 64), (100, 37), (4096, 24), (72, 384)] {
+            let w = Array::from_slice(&bf16_values(n * k, 1.0, 0.7), &[n as i32, k as i32]);
+            let panels = to_panels(&w).unwrap();
+            let panels = panels.as_slice::<bf16>();
+            for rows in [1, 3, 4, 6, 16] {
+                let x = bf16_values(rows * k, 2.0, 1.9);
+                for sum in [ColumnSum::Bf16, ColumnSum::F32] {
+                    let want: Vec<f32> = (0..rows)
+                        .flat_map(|m| {
+                            let row = &x[m * k..(m + 1) * k];
+                            (0..n).map(move |c| column_scalar(row, panels, c, sum))
+                        })
+                        .collect();
+                    for kernels in [Simd::Scalar, Simd::Avx2, Simd::Avx512] {
+                        #[cfg(target_arch = "x86_64")]
+                        if (kernels == Simd::Avx2 && !std::is_x86_feature_detected!("avx2"))
+                            || (kernels == Simd::Avx512
+                                && !std::is_x86_feature_detected!("avx512f"))
+                        {
+                            continue;
+                        }
+                        let mut out = vec![0f32; rows * n];
+                        columns_range(&x, k, panels, (0, n), sum, &mut out, kernels);
+                        let same = out
+                            .iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(same, "{n}x{k}, {rows} rows, {sum:?}");
+                    }
+                    let mut out = vec![0f32; rows * n];
+                    matmul_columns(&x, panels, k, n, sum, &mut out);
+                    assert_eq!(out, want, "{n}x{k}, {rows} rows, {sum:?}, threaded");
+                }
+            }
+        }
+    }
+
+    /// The two column sums are MLX's CPU kernels for bf16 inputs: its
+    /// quantized matmul (bf16 scales) and its bf16 gemm, bit for bit.
+    #[test]
+    fn column_sums_are_mlx_cpu_kernels_for_bf16() {
+        cpu();
+        let (n, k, rows) = (200, 256, 5);
+        let w = Array::from_slice(&values(n * k, 3.0), &[n as i32, k as i32])
+            .as_dtype(Dtype::Bfloat16)
+            .unwrap();
+        let x = Array::from_slice(&bf16_values(rows * k, 4.0, 2.0), &[rows as i32, k as i32])
+            .as_dtype(Dtype::Bfloat16)
+            .unwrap();
+        let (packed, scales, biases) = mlx_rs::ops::quantize(&w, 64, 8).unwrap();
+        assert_eq!(scales.dtype(), Dtype::Bfloat16);
+        let dequantized = mlx_rs::ops::dequantize(&packed, &scales, &biases, 64, 8).unwrap();
+        let mlx =
+            mlx_rs::ops::quantized_matmul(&x, &packed, &scales, &biases, true, 64, 8).unwrap();
+        let ours = linear(
+            &x,
+            &HostMatrix::columns(&dequantized, ColumnSum::Bf16).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(host(&ours), host(&mlx), "quantized matmul");
+        // An f32 sum of the same values is not it: the test tells them apart.
+        let f32_sum = linear(&x, &HostMatrix::rows(&dequantized).unwrap()).unwrap();
+        assert_ne!(host(&f32_sum), host(&mlx));
+
+        let mlx = mlx_rs::ops::matmul(&x, w.t()).unwrap();
+        let ours = linear(&x, &HostMatrix::columns(&w, ColumnSum::F32).unwrap()).unwrap();
+        assert_eq!(host(&ours), host(&mlx), "bf16 gemm");
+    }
+
+    /// [`round_bf16`] is MLX's f32 -> bf16 cast, ties included; [`mlx_exp`]
+    /// is MLX's CPU exp, bit for bit.
+    #[test]
+    fn rounding_and_exp_are_mlx_s() {
+        cpu();
+        let mut xs: Vec<f32> = values(5000, 0.3).iter().map(|v| v * 40.0).collect();
+        // Exact ties (low 16 bits 0x8000) with even and odd kept bits.
+        xs.extend([0x3F80_8000u32, 0x3F81_8000, 0xBF80_8000, 0x4000_7FFF].map(f32::from_bits));
+        xs.extend([-100.0, -88.5, -87.9, 0.0, 1e-30, 87.9, 89.0]);
+        let a = Array::from_slice(&xs, &[xs.len() as i32]);
+        let cast = host(&a.as_dtype(Dtype::Bfloat16).unwrap());
+        let ours: Vec<f32> = xs.iter().map(|&x| round_bf16(x)).collect();
+        assert_eq!(ours, cast);
+        let exp = host(&mlx_rs::ops::exp(&a).unwrap());
+        let ours: Vec<f32> = xs.iter().map(|&x| mlx_exp(x)).collect();
+        let same = ours
+            .iter()
+            .zip(&exp)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "exp differs");
+    }
+
+    /// bf16 attention is MLX's CPU scaled_dot_product_attention (its
+    /// fallback of bf16 ops) bit for bit, a query alone (no mask) and a
+    /// block (causal mask), and each query of the block is the lone query.
+    #[test]
+    fn bf16_attention_is_mlx_s_and_row_invariant() {
+        use mlx_rs::fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask};
+        cpu();
+        let (heads, kv_heads, d, total) = (6, 2, 64, 40);
+        let bf = |v: Vec<f32>, shape: &[i32]| {
+            Array::from_slice(&v, shape)
+                .as_dtype(Dtype::Bfloat16)
+                .unwrap()
+        };
+        let k = bf(
+            values(kv_heads * total * d, 2.0),
+            &[1, kv_heads as i32, total as i32, d as i32],
+        );
+        let v = bf(
+            values(kv_heads * total * d, 3.0),
+            &[1, kv_heads as i32, total as i32, d as i32],
+        );
+        for (len, scale) in [(1, 0.125), (16, 0.125), (16, 0.088_388_35)] {
+            let q = bf(
+                values(heads * len * d, 1.0)
+                    .iter()
+                    .map(|x| x * 3.0)
+                    .collect(),
+                &[1, heads as i32, len as i32, d as i32],
+            );
+            let mask = (len > 1).then_some(ScaledDotProductAttentionMask::Causal);
+            let mlx = scaled_dot_product_attention(&q, &k, &v, scale, mask, None).unwrap();
+            let ours = causal_attention(&q, &k, &v, scale).unwrap();
+            assert_eq!(ours.dtype(), Dtype::Bfloat16);
+            assert_eq!(host(&ours), host(&mlx), "{len} queries, scale {scale}");
+        }
+        // Row invariance: each query of a block is the query alone.
+        let len = 16;
+        let q = values(heads * len * d, 1.0);
+        let (kh, vh) = (host(&k), host(&v));
+        let q = bf16_values(q.len(), 1.0, 1.0);
+        let mut block = vec![0f32; q.len()];
+        attention_bf16(
+            &q,
+            &kh,
+            &vh,
+            (heads, kv_heads, len, total, d),
+            0.125,
+            &mut block,
+        );
+        for l in 0..len {
+            let upto = total - len + l + 1;
+            let lone_q: Vec<f32> = (0..heads)
+                .flat_map(|h| q[(h * len + l) * d..(h * len + l + 1) * d].to_vec())
+                .collect();
+            let cut = |x: &[f32]| -> Vec<f32> {
+                (0..kv_heads)
+                    .flat_map(|h| x[h * total * d..(h * total + upto) * d].to_vec())
+                    .collect()
+            };
+            let mut lone = vec![0f32; heads * d];
+            attention_bf16(
+                &lone_q,
+                &cut(&kh),
+                &cut(&vh),
+                (heads, kv_heads, 1, upto, d),
+                0.125,
+                &mut lone,
+            );
+            for h in 0..heads {
+                assert_eq!(
+                    &block[(h * len + l) * d..(h * len + l + 1) * d],
+                    &lone[h * d..(h + 1) * d]
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_dot_is_the_same_with_and_without_wide_registers() {
         for len in [1, 15, 16, 17, 64, 384, 1000] {
