@@ -170,7 +170,7 @@ fn bf16_greedy_tokens_match_mlx_lm() {
 /// log-probabilities `logits - logsumexp(logits)`, in the logits' type.
 fn generate_step_pick(logits: &Array) -> i32 {
     let lse = logits.logsumexp_axis(-1, true).unwrap();
-    host_i32(&argmax_axis(&logits.subtract(&lse).unwrap(), -1, false).unwrap())[0]
+    host_i32(&argmax_axis(logits.subtract(&lse).unwrap(), -1, false).unwrap())[0]
 }
 
 /// The embedded target (8-bit, bf16 scales, biases and norms, as

@@ -269,6 +269,8 @@ pub fn round_bf16(x: f32) -> f32 {
 /// log2 e) as a power of two times a degree-6 polynomial of the fraction,
 /// with fused multiply-adds; 0 below -88 and infinity above 88. Not libm's
 /// exp: the two differ in the last bits.
+// The constants as MLX writes them (rounded to f32 alike), not `LOG2_E`.
+#[allow(clippy::approx_constant, clippy::excessive_precision)]
 #[inline]
 pub fn mlx_exp(x: f32) -> f32 {
     if x.is_nan() {
@@ -376,7 +378,7 @@ unsafe fn strip_avx2<const R: usize, const B: usize, const ROUND: bool>(
         let col = c0 + 8 * b;
         col / PANEL * k * PANEL + col % PANEL
     };
-    assert!(c0 % 8 == 0 && start(B - 1) + (k - 1) * PANEL + 8 <= w.len());
+    assert!(c0.is_multiple_of(8) && start(B - 1) + (k - 1) * PANEL + 8 <= w.len());
     assert!(out_c0 + 8 * B <= out_cols);
     let mut acc = [[_mm256_setzero_ps(); B]; R];
     let xs = rows.map(|r| x[r * k..(r + 1) * k].as_ptr());
@@ -396,11 +398,11 @@ unsafe fn strip_avx2<const R: usize, const B: usize, const ROUND: bool>(
             }
         }
     }
-    for r in 0..R {
-        assert!((rows[r] + 1) * out_cols <= out.len());
-        for b in 0..B {
-            let at = rows[r] * out_cols + out_c0 + 8 * b;
-            _mm256_storeu_ps(out.as_mut_ptr().add(at), acc[r][b]);
+    for (row, sums) in rows.iter().zip(&acc) {
+        assert!((row + 1) * out_cols <= out.len());
+        for (b, sum) in sums.iter().enumerate() {
+            let at = row * out_cols + out_c0 + 8 * b;
+            _mm256_storeu_ps(out.as_mut_ptr().add(at), *sum);
         }
     }
 }
@@ -454,11 +456,11 @@ unsafe fn strip_avx512<const R: usize, const B: usize, const ROUND: bool>(
             }
         }
     }
-    for r in 0..R {
-        assert!((rows[r] + 1) * out_cols <= out.len());
-        for b in 0..B {
-            let at = rows[r] * out_cols + out_c0 + PANEL * b;
-            _mm512_storeu_ps(out.as_mut_ptr().add(at), acc[r][b]);
+    for (row, sums) in rows.iter().zip(&acc) {
+        assert!((row + 1) * out_cols <= out.len());
+        for (b, sum) in sums.iter().enumerate() {
+            let at = row * out_cols + out_c0 + PANEL * b;
+            _mm512_storeu_ps(out.as_mut_ptr().add(at), *sum);
         }
     }
 }
