@@ -581,21 +581,19 @@ pub fn matmul_columns(x: &[f32], w: &[bf16], k: usize, n: usize, sum: ColumnSum,
         // A few blocks of whole 32-column strips per thread.
         (n.div_ceil(rayon::current_num_threads() * 4)).div_ceil(4 * PANEL) * 4 * PANEL
     };
-    let parts: Vec<(usize, Vec<f32>)> = if block >= n {
-        let mut part = vec![0f32; rows * n];
-        columns_range(x, k, w, (0, n), sum, &mut part, simd());
-        vec![(0, part)]
-    } else {
-        (0..n.div_ceil(block))
-            .into_par_iter()
-            .map(|b| {
-                let (c0, c1) = (b * block, ((b + 1) * block).min(n));
-                let mut part = vec![0f32; rows * (c1 - c0)];
-                columns_range(x, k, w, (c0, c1), sum, &mut part, simd());
-                (c0, part)
-            })
-            .collect()
-    };
+    if block >= n {
+        columns_range(x, k, w, (0, n), sum, out, simd());
+        return;
+    }
+    let parts: Vec<(usize, Vec<f32>)> = (0..n.div_ceil(block))
+        .into_par_iter()
+        .map(|b| {
+            let (c0, c1) = (b * block, ((b + 1) * block).min(n));
+            let mut part = vec![0f32; rows * (c1 - c0)];
+            columns_range(x, k, w, (c0, c1), sum, &mut part, simd());
+            (c0, part)
+        })
+        .collect();
     for (c0, part) in parts {
         let width = part.len() / rows;
         for m in 0..rows {
