@@ -230,7 +230,11 @@ fn embedded_target_greedy_matches_mlx_lm_generate_step() {
             ));
         }
     }
-    assert!(failed.is_empty(), "differ from mlx-lm: {failed:#?}");
+    assert!(
+        failed.is_empty(),
+        "differ from mlx-lm (a changed models/default/target needs its reference \
+         made again: tests/fixtures/make_fixtures.py): {failed:#?}"
+    );
 }
 
 /// A prompt long enough for the CPU's dequantize-then-gemm prefill
