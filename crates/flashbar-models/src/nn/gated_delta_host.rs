@@ -16,7 +16,7 @@
 //! state are bit for bit mlx-lm's (docs/cpu.md, "Parity with mlx-lm").
 
 use crate::error::Result;
-use crate::nn::host::{host_f32, sequential_dot};
+use crate::nn::host::host_f32;
 use mlx_rs::Array;
 use rayon::prelude::*;
 
@@ -66,6 +66,10 @@ const PARALLEL_FROM: usize = 1 << 17;
 
 /// One value head over every step. `state` is that head's `[Dv, Dk]`;
 /// `y` and `delta` its rows `[T, Dv]` (laid out per head, gathered after).
+/// The state is worked on by columns (`[Dk, Dv]`): every loop runs over
+/// the rows innermost, so it vectorises, while each row still decays, dots
+/// (in key order, from zero) and updates exactly as written in the module
+/// comment.
 fn head(
     h: usize,
     d: Dims,
@@ -75,23 +79,50 @@ fn head(
     mut delta: Option<&mut [f32]>,
 ) {
     let kh = h / (d.hv / d.hk);
+    let (dk, dv) = (d.dk, d.dv);
+    let mut cols = vec![0f32; dk * dv];
+    for (r, row) in state.chunks_exact(dk).enumerate() {
+        for (j, &s) in row.iter().enumerate() {
+            cols[j * dv + r] = s;
+        }
+    }
+    let (mut kv, mut step, mut out) = (vec![0f32; dv], vec![0f32; dv], vec![0f32; dv]);
     for t in 0..d.steps {
-        let key = &k[(t * d.hk + kh) * d.dk..][..d.dk];
-        let query = &q[(t * d.hk + kh) * d.dk..][..d.dk];
-        let values = &v[(t * d.hv + h) * d.dv..][..d.dv];
+        let key = &k[(t * d.hk + kh) * dk..][..dk];
+        let query = &q[(t * d.hk + kh) * dk..][..dk];
+        let values = &v[(t * d.hv + h) * dv..][..dv];
         let (gate, b) = (g[t * d.hv + h], beta[t * d.hv + h]);
-        for (r, row) in state.chunks_exact_mut(d.dk).enumerate() {
-            for s in row.iter_mut() {
-                *s *= gate;
+        for s in cols.iter_mut() {
+            *s *= gate;
+        }
+        kv.fill(0.0);
+        for (col, &kj) in cols.chunks_exact(dv).zip(key) {
+            for (acc, s) in kv.iter_mut().zip(col) {
+                *acc += s * kj;
             }
-            let step = (values[r] - sequential_dot(row, key)) * b;
-            for (s, kk) in row.iter_mut().zip(key) {
-                *s += kk * step;
+        }
+        for ((st, value), acc) in step.iter_mut().zip(values).zip(&kv) {
+            *st = (value - acc) * b;
+        }
+        for (col, &kj) in cols.chunks_exact_mut(dv).zip(key) {
+            for (s, st) in col.iter_mut().zip(&step) {
+                *s += kj * st;
             }
-            y[t * d.dv + r] = sequential_dot(row, query);
-            if let Some(delta) = delta.as_deref_mut() {
-                delta[t * d.dv + r] = step;
+        }
+        out.fill(0.0);
+        for (col, &qj) in cols.chunks_exact(dv).zip(query) {
+            for (acc, s) in out.iter_mut().zip(col) {
+                *acc += s * qj;
             }
+        }
+        y[t * dv..(t + 1) * dv].copy_from_slice(&out);
+        if let Some(delta) = delta.as_deref_mut() {
+            delta[t * dv..(t + 1) * dv].copy_from_slice(&step);
+        }
+    }
+    for (r, row) in state.chunks_exact_mut(dk).enumerate() {
+        for (j, s) in row.iter_mut().enumerate() {
+            *s = cols[j * dv + r];
         }
     }
 }
