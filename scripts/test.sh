@@ -13,7 +13,9 @@ echo "== ui unit tests (vitest)"
 npm run --silent test:ui
 
 # Tiny random checkpoints + mlx-lm reference outputs for the parity tests,
-# regenerated only when the generator changes.
+# regenerated only when the generator changes, or what it reads besides:
+# the embedded target and bench/acceptance.py's prompts (mlx-lm's greedy
+# tokens on them, tests/parity.rs).
 echo "== fixtures"
 fixtures=target/fixtures
 stamp="$fixtures/.generator.sha256"
@@ -22,7 +24,7 @@ sha256() { if command -v sha256sum >/dev/null; then sha256sum "$@"; else shasum 
 if ! sha256 --status -c "$stamp" 2>/dev/null; then
   rm -rf "$fixtures" && mkdir -p "$fixtures"
   .venv/bin/python tests/fixtures/make_fixtures.py "$fixtures" >/dev/null
-  sha256 tests/fixtures/*.py > "$stamp"
+  sha256 tests/fixtures/*.py bench/acceptance.py models/default/target/model.safetensors > "$stamp"
 fi
 
 echo "== cargo test"

@@ -6,6 +6,7 @@
 
 use crate::error::{mlx_error, Result};
 use crate::sampling::SamplingParams;
+use flashbar_mlx::device::{self, Backend};
 use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
 use mlx_rs::{Array, Dtype};
 
@@ -24,11 +25,26 @@ impl Pending {
     }
 }
 
+/// What greedy takes the argmax of, per row of `logits` (`[..., vocab]`).
+/// On the CPU: mlx-lm's log-probabilities, `logits - logsumexp(logits)` in
+/// the logits' type (its `generate_step`'s default sampler), so a tie the
+/// subtraction rounds two logits into breaks towards the lower id as there
+/// (docs/cpu.md, "Parity with mlx-lm"); MLX's CPU logsumexp computes each
+/// row alone, so a verify's rows still pick as the decode steps do.
+/// Elsewhere the logits themselves.
+fn greedy_scores(logits: &Array) -> Result<Array> {
+    if device::current() != Backend::Cpu {
+        return Ok(logits.clone());
+    }
+    let normalizer = logits.logsumexp_axis(-1, true)?;
+    Ok(logits.subtract(&normalizer)?)
+}
+
 /// Greedy picks on the device (evaluated asynchronously); sampling copies
 /// the logits `[vocab]` to the host and draws with the position's key.
 pub(crate) fn choose(logits: &Array, sampling: &SamplingParams, position: u64) -> Result<Pending> {
     if sampling.is_greedy() {
-        let token = argmax_axis(logits, -1, false)?.as_dtype(Dtype::Uint32)?;
+        let token = argmax_axis(greedy_scores(logits)?, -1, false)?.as_dtype(Dtype::Uint32)?;
         mlx_rs::transforms::async_eval([&token])?;
         return Ok(Pending::Device(token));
     }
@@ -47,7 +63,7 @@ pub(crate) fn choose_all(
     first_position: usize,
 ) -> Result<Vec<u32>> {
     if sampling.is_greedy() {
-        return host_u32(&argmax_axis(logits, -1, false)?.as_dtype(Dtype::Uint32)?);
+        return host_u32(&argmax_axis(greedy_scores(logits)?, -1, false)?.as_dtype(Dtype::Uint32)?);
     }
     let rows = logits.shape()[1];
     let host = logits.index(0).as_dtype(Dtype::Float32)?;

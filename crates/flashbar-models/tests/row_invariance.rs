@@ -92,3 +92,10 @@ fn verify_rows_equal_decode_steps_on_the_dense_fixture() {
 fn verify_rows_equal_decode_steps_on_the_moe_fixture() {
     assert_rows_invariant(&fixture("moe-mlx-4bit"));
 }
+
+/// bf16 weights unquantized: the host kernels' f32 column sums (MLX's bf16
+/// gemm order, docs/cpu.md "Parity with mlx-lm").
+#[test]
+fn verify_rows_equal_decode_steps_on_the_bf16_fixture() {
+    assert_rows_invariant(&fixture("dense-hf-bf16"));
+}

@@ -9,9 +9,14 @@
 //!
 //! The replay repeats the first and third lines with the recorded d: the
 //! same operations in the same order, so the same bits.
+//!
+//! The operations and their order are mlx-lm's on the CPU (its per-step
+//! `_gated_delta_step_ops`): each product rounded to f32, the two dots summed
+//! in key order from zero, `S + k d` as a product then a sum, so y and the
+//! state are bit for bit mlx-lm's (docs/cpu.md, "Parity with mlx-lm").
 
 use crate::error::Result;
-use crate::nn::host::{dot, host_f32};
+use crate::nn::host::host_f32;
 use mlx_rs::Array;
 use rayon::prelude::*;
 
@@ -61,6 +66,10 @@ const PARALLEL_FROM: usize = 1 << 17;
 
 /// One value head over every step. `state` is that head's `[Dv, Dk]`;
 /// `y` and `delta` its rows `[T, Dv]` (laid out per head, gathered after).
+/// The state is worked on by columns (`[Dk, Dv]`): every loop runs over
+/// the rows innermost, so it vectorises, while each row still decays, dots
+/// (in key order, from zero) and updates exactly as written in the module
+/// comment.
 fn head(
     h: usize,
     d: Dims,
@@ -70,23 +79,50 @@ fn head(
     mut delta: Option<&mut [f32]>,
 ) {
     let kh = h / (d.hv / d.hk);
+    let (dk, dv) = (d.dk, d.dv);
+    let mut cols = vec![0f32; dk * dv];
+    for (r, row) in state.chunks_exact(dk).enumerate() {
+        for (j, &s) in row.iter().enumerate() {
+            cols[j * dv + r] = s;
+        }
+    }
+    let (mut kv, mut step, mut out) = (vec![0f32; dv], vec![0f32; dv], vec![0f32; dv]);
     for t in 0..d.steps {
-        let key = &k[(t * d.hk + kh) * d.dk..][..d.dk];
-        let query = &q[(t * d.hk + kh) * d.dk..][..d.dk];
-        let values = &v[(t * d.hv + h) * d.dv..][..d.dv];
+        let key = &k[(t * d.hk + kh) * dk..][..dk];
+        let query = &q[(t * d.hk + kh) * dk..][..dk];
+        let values = &v[(t * d.hv + h) * dv..][..dv];
         let (gate, b) = (g[t * d.hv + h], beta[t * d.hv + h]);
-        for (r, row) in state.chunks_exact_mut(d.dk).enumerate() {
-            for s in row.iter_mut() {
-                *s *= gate;
+        for s in cols.iter_mut() {
+            *s *= gate;
+        }
+        kv.fill(0.0);
+        for (col, &kj) in cols.chunks_exact(dv).zip(key) {
+            for (acc, s) in kv.iter_mut().zip(col) {
+                *acc += s * kj;
             }
-            let step = (values[r] - dot(row, key)) * b;
-            for (s, kk) in row.iter_mut().zip(key) {
-                *s += kk * step;
+        }
+        for ((st, value), acc) in step.iter_mut().zip(values).zip(&kv) {
+            *st = (value - acc) * b;
+        }
+        for (col, &kj) in cols.chunks_exact_mut(dv).zip(key) {
+            for (s, st) in col.iter_mut().zip(&step) {
+                *s += kj * st;
             }
-            y[t * d.dv + r] = dot(row, query);
-            if let Some(delta) = delta.as_deref_mut() {
-                delta[t * d.dv + r] = step;
+        }
+        out.fill(0.0);
+        for (col, &qj) in cols.chunks_exact(dv).zip(query) {
+            for (acc, s) in out.iter_mut().zip(col) {
+                *acc += s * qj;
             }
+        }
+        y[t * dv..(t + 1) * dv].copy_from_slice(&out);
+        if let Some(delta) = delta.as_deref_mut() {
+            delta[t * dv..(t + 1) * dv].copy_from_slice(&step);
+        }
+    }
+    for (r, row) in state.chunks_exact_mut(dk).enumerate() {
+        for (j, s) in row.iter_mut().enumerate() {
+            *s = cols[j * dv + r];
         }
     }
 }
@@ -285,6 +321,37 @@ mod tests {
             replay(&mut replayed, &k, &g, &delta, D, kept);
             assert_eq!(replayed, states[kept], "replay of {kept} steps");
         }
+    }
+
+    /// The host recurrence is the MLX-ops one (`gated_delta::recurrence`,
+    /// mlx-lm's `gated_delta_ops` order) bit for bit: y, state, deltas.
+    #[test]
+    fn it_is_the_mlx_ops_recurrence_bit_for_bit() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let [q, k, v, g, beta] = inputs(D);
+        let start = values(D.hv * D.dv * D.dk, 9.0, 0.2);
+        let arr = |x: &[f32], shape: &[usize]| {
+            let shape: Vec<i32> = shape.iter().map(|&s| s as i32).collect();
+            Array::from_slice(x, &shape)
+        };
+        let (t, hk, hv, dk, dv) = (D.steps, D.hk, D.hv, D.dk, D.dv);
+        let (qa, ka) = (arr(&q, &[1, t, hk, dk]), arr(&k, &[1, t, hk, dk]));
+        let (va, ga, ba) = (
+            arr(&v, &[1, t, hv, dv]),
+            arr(&g, &[1, t, hv]),
+            arr(&beta, &[1, t, hv]),
+        );
+        let sa = arr(&start, &[1, hv, dv, dk]);
+        let (y0, s0, d0) =
+            crate::nn::gated_delta::recurrence(&qa, &ka, &va, &ga, &ba, sa.clone(), true).unwrap();
+        let (y1, s1, d1) = record_arrays(&qa, &ka, &va, &ga, &ba, &sa, true).unwrap();
+        assert_eq!(host_f32(&y1).unwrap(), host_f32(&y0).unwrap(), "y");
+        assert_eq!(host_f32(&s1).unwrap(), host_f32(&s0).unwrap(), "state");
+        assert_eq!(
+            host_f32(&d1.unwrap()).unwrap(),
+            host_f32(&d0.unwrap()).unwrap(),
+            "deltas"
+        );
     }
 
     /// The recurrence as written in docs/dflash.md, in f64, agrees.

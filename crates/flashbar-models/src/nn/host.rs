@@ -12,6 +12,7 @@
 
 use crate::error::Result;
 use half::bf16;
+use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Dtype};
 use rayon::prelude::*;
 
@@ -241,6 +242,466 @@ pub fn matmul_nt<W: HostWeight>(x: &[f32], w: &[W], k: usize, out: &mut [f32]) {
     }
 }
 
+/// `a . b` summed in index order from zero, each product rounded to f32
+/// before it is added: what MLX's CPU reductions and its bf16 gemm compute
+/// (docs/cpu.md, "Parity with mlx-lm").
+#[inline]
+pub fn sequential_dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut sum = 0f32;
+    for (x, y) in a.iter().zip(b) {
+        sum += x * y;
+    }
+    sum
+}
+
+/// `x` rounded to bf16 (and widened back) as MLX rounds it: to nearest,
+/// ties to even, NaN kept a NaN.
+#[inline(always)]
+pub fn round_bf16(x: f32) -> f32 {
+    if x.is_nan() {
+        return f32::from_bits(0x7FC0_0000);
+    }
+    let u = x.to_bits();
+    f32::from_bits(u.wrapping_add(0x7FFF + ((u >> 16) & 1)) & 0xFFFF_0000)
+}
+
+/// MLX's CPU `exp` (its `simd::exp`, also what its softmax runs): 2^(x
+/// log2 e) as a power of two times a degree-6 polynomial of the fraction,
+/// with fused multiply-adds; 0 below -88 and infinity above 88. Not libm's
+/// exp: the two differ in the last bits.
+// The constants as MLX writes them (rounded to f32 alike), not `LOG2_E`.
+#[allow(clippy::approx_constant, clippy::excessive_precision)]
+#[inline]
+pub fn mlx_exp(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    if x > 88.0 {
+        return f32::INFINITY;
+    }
+    if x < -88.0 {
+        return 0.0;
+    }
+    let y = x * 1.442695f32;
+    let ipart = (y + 0.5).floor();
+    let fpart = y - ipart;
+    let mut p = 1.535336188319500e-4f32;
+    for c in [
+        1.339887440266574e-3f32,
+        9.618437357674640e-3,
+        5.550332471162809e-2,
+        2.402264791363012e-1,
+        6.931472028550421e-1,
+        1.0,
+    ] {
+        p = p.mul_add(fpart, c);
+    }
+    let two_to_i = f32::from_bits(((ipart as i32).wrapping_add(127) as u32).wrapping_shl(23));
+    two_to_i * p
+}
+
+/// How a product by bf16 weights sums, for bf16 inputs: what MLX's CPU
+/// kernels do (docs/cpu.md, "Parity with mlx-lm").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColumnSum {
+    /// MLX's quantized matmul in bf16: every product and every partial sum
+    /// rounded to bf16, in k order.
+    Bf16,
+    /// MLX's bf16 gemm: the products and their sum in f32, in k order,
+    /// rounded to bf16 once at the end (by the caller).
+    F32,
+}
+
+/// Columns of a panel: weights stored by columns are kept as panels of
+/// this many, each `[k, PANEL]` contiguous, so a strip of columns reads its
+/// weights in one sequential stream per panel.
+pub const PANEL: usize = 16;
+
+/// One output of [`matmul_columns`]: row `x` against column `col` of the
+/// panels `w`, summed in k order as `sum` says. The reference for the
+/// vector kernels (same bits) and their tail.
+#[inline]
+fn column_scalar(x: &[f32], w: &[bf16], col: usize, sum: ColumnSum) -> f32 {
+    let k = x.len();
+    let panel = &w[col / PANEL * k * PANEL..][..k * PANEL];
+    let lane = col % PANEL;
+    let mut acc = 0f32;
+    for (i, &xv) in x.iter().enumerate() {
+        let w = panel[i * PANEL + lane].widen();
+        acc = match sum {
+            ColumnSum::Bf16 => round_bf16_finite(acc + round_bf16_finite(xv * w)),
+            ColumnSum::F32 => acc + xv * w,
+        };
+    }
+    acc
+}
+
+/// [`round_bf16`] without its NaN case: the kernels' rounding, where a NaN
+/// (from a NaN or infinite input) stays a NaN but may change its sign.
+#[inline(always)]
+fn round_bf16_finite(x: f32) -> f32 {
+    let u = x.to_bits();
+    f32::from_bits(u.wrapping_add(0x7FFF + ((u >> 16) & 1)) & 0xFFFF_0000)
+}
+
+/// [`round_bf16_finite`] of eight lanes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn round8(v: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let u = _mm256_castps_si256(v);
+    let lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    let u = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb);
+    _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(-65536)))
+}
+
+/// `B` registers of eight columns from column `c0` (a multiple of eight)
+/// of `R` rows (`rows`, each `k` long in `x`): lane j of a register sums
+/// exactly as [`column_scalar`] does for its column, so the bits are the
+/// same. Writes `8 B` outputs per row into `out` (`[.., out_cols]`) from
+/// column `out_c0`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn strip_avx2<const R: usize, const B: usize, const ROUND: bool>(
+    x: &[f32],
+    k: usize,
+    rows: [usize; R],
+    w: &[bf16],
+    c0: usize,
+    out: &mut [f32],
+    out_cols: usize,
+    out_c0: usize,
+) {
+    use std::arch::x86_64::*;
+    let start = |b: usize| {
+        let col = c0 + 8 * b;
+        col / PANEL * k * PANEL + col % PANEL
+    };
+    assert!(c0.is_multiple_of(8) && start(B - 1) + (k - 1) * PANEL + 8 <= w.len());
+    assert!(out_c0 + 8 * B <= out_cols);
+    let mut acc = [[_mm256_setzero_ps(); B]; R];
+    let xs = rows.map(|r| x[r * k..(r + 1) * k].as_ptr());
+    let from: [*const half::bf16; B] = std::array::from_fn(|b| w.as_ptr().add(start(b)));
+    for i in 0..k {
+        let ws: [__m256; B] =
+            std::array::from_fn(|b| <half::bf16 as Load8>::load8(from[b].add(i * PANEL)));
+        for r in 0..R {
+            let xb = _mm256_set1_ps(*xs[r].add(i));
+            for b in 0..B {
+                let p = _mm256_mul_ps(xb, ws[b]);
+                acc[r][b] = if ROUND {
+                    round8(_mm256_add_ps(acc[r][b], round8(p)))
+                } else {
+                    _mm256_add_ps(acc[r][b], p)
+                };
+            }
+        }
+    }
+    for (row, sums) in rows.iter().zip(&acc) {
+        assert!((row + 1) * out_cols <= out.len());
+        for (b, sum) in sums.iter().enumerate() {
+            let at = row * out_cols + out_c0 + 8 * b;
+            _mm256_storeu_ps(out.as_mut_ptr().add(at), *sum);
+        }
+    }
+}
+
+/// [`round_bf16_finite`] of sixteen lanes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let u = _mm512_castps_si512(v);
+    let lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    let u = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb);
+    _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(-65536)))
+}
+
+/// [`strip_avx2`] with sixteen-lane registers, one panel each, from panel
+/// `p0`: the same operations per lane, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn strip_avx512<const R: usize, const B: usize, const ROUND: bool>(
+    x: &[f32],
+    k: usize,
+    rows: [usize; R],
+    w: &[bf16],
+    p0: usize,
+    out: &mut [f32],
+    out_cols: usize,
+    out_c0: usize,
+) {
+    use std::arch::x86_64::*;
+    assert!((p0 + B) * k * PANEL <= w.len() && out_c0 + PANEL * B <= out_cols);
+    let mut acc = [[_mm512_setzero_ps(); B]; R];
+    let xs = rows.map(|r| x[r * k..(r + 1) * k].as_ptr());
+    let from: [*const half::bf16; B] =
+        std::array::from_fn(|b| w.as_ptr().add((p0 + b) * k * PANEL));
+    for i in 0..k {
+        let ws: [__m512; B] = std::array::from_fn(|b| {
+            let halves = _mm256_loadu_si256(from[b].add(i * PANEL) as *const __m256i);
+            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16))
+        });
+        for r in 0..R {
+            let xb = _mm512_set1_ps(*xs[r].add(i));
+            for b in 0..B {
+                let p = _mm512_mul_ps(xb, ws[b]);
+                acc[r][b] = if ROUND {
+                    round16(_mm512_add_ps(acc[r][b], round16(p)))
+                } else {
+                    _mm512_add_ps(acc[r][b], p)
+                };
+            }
+        }
+    }
+    for (row, sums) in rows.iter().zip(&acc) {
+        assert!((row + 1) * out_cols <= out.len());
+        for (b, sum) in sums.iter().enumerate() {
+            let at = row * out_cols + out_c0 + PANEL * b;
+            _mm512_storeu_ps(out.as_mut_ptr().add(at), *sum);
+        }
+    }
+}
+
+/// Which vector kernels [`columns_range`] runs: set at run time, the same
+/// bits whichever runs (`FLASHBAR_HOST_SIMD=avx2|scalar` forces a narrower
+/// one, for the tests that compare them).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Simd {
+    Scalar,
+    Avx2,
+    Avx512,
+}
+
+fn simd() -> Simd {
+    static CHOSEN: std::sync::OnceLock<Simd> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        let forced = std::env::var("FLASHBAR_HOST_SIMD").ok();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx512 = std::is_x86_feature_detected!("avx512f");
+            let avx2 = std::is_x86_feature_detected!("avx2");
+            match forced.as_deref() {
+                Some("scalar") => Simd::Scalar,
+                Some("avx2") if avx2 => Simd::Avx2,
+                _ if avx512 => Simd::Avx512,
+                _ if avx2 => Simd::Avx2,
+                _ => Simd::Scalar,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = forced;
+            Simd::Scalar
+        }
+    })
+}
+
+/// Columns `[c0, c1)` (`c0` a multiple of [`PANEL`]) of every row of `x`
+/// `[rows, k]` by the panels `w`, into `out` `[rows, c1 - c0]`, by the
+/// widest kernel this CPU has ([`Simd`]).
+fn columns_range(
+    x: &[f32],
+    k: usize,
+    w: &[bf16],
+    (c0, c1): (usize, usize),
+    sum: ColumnSum,
+    out: &mut [f32],
+    kernels: Simd,
+) {
+    let rows = x.len() / k;
+    let width = c1 - c0;
+    let mut c = c0;
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! strip {
+            ($kernel:ident, $r:expr, $b:expr, $rows:expr, $at:expr) => {
+                // SAFETY: the CPU has the kernel's features (`simd`); its
+                // columns and outputs are checked inside `w` and `out` by
+                // its asserts.
+                unsafe {
+                    match sum {
+                        ColumnSum::Bf16 => {
+                            $kernel::<$r, $b, true>(x, k, $rows, w, $at, out, width, c - c0)
+                        }
+                        ColumnSum::F32 => {
+                            $kernel::<$r, $b, false>(x, k, $rows, w, $at, out, width, c - c0)
+                        }
+                    }
+                }
+            };
+        }
+        // Four rows by two registers, or one row by four: eight sums in flight.
+        let step = if kernels == Simd::Avx512 { PANEL } else { 8 };
+        while kernels != Simd::Scalar && c + 2 * step <= c1 {
+            let wide = rows < ROW_BLOCK && c + 4 * step <= c1;
+            let mut m = 0;
+            while m + ROW_BLOCK <= rows {
+                match kernels {
+                    Simd::Avx512 => strip!(strip_avx512, 4, 2, [m, m + 1, m + 2, m + 3], c / PANEL),
+                    _ => strip!(strip_avx2, 4, 2, [m, m + 1, m + 2, m + 3], c),
+                }
+                m += ROW_BLOCK;
+            }
+            for m in m..rows {
+                match (kernels, wide) {
+                    (Simd::Avx512, true) => strip!(strip_avx512, 1, 4, [m], c / PANEL),
+                    (Simd::Avx512, false) => strip!(strip_avx512, 1, 2, [m], c / PANEL),
+                    (_, true) => strip!(strip_avx2, 1, 4, [m], c),
+                    (_, false) => strip!(strip_avx2, 1, 2, [m], c),
+                }
+            }
+            c += if wide { 4 * step } else { 2 * step };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = kernels;
+    for m in 0..rows {
+        let row = &x[m * k..(m + 1) * k];
+        for col in c..c1 {
+            out[m * width + col - c0] = column_scalar(row, w, col, sum);
+        }
+    }
+}
+
+/// `out[m, j] = x[m, :] . W[j, :]` for `x` `[rows, k]` and bf16 weights
+/// `W` `[n, k]` stored as panels (`w`: [`to_panels`]), summed as `sum`
+/// says (MLX's CPU kernels for bf16 inputs). Each output is its own
+/// sequential sum, so it is the same however many rows come together;
+/// threads take blocks of columns.
+pub fn matmul_columns(x: &[f32], w: &[bf16], k: usize, n: usize, sum: ColumnSum, out: &mut [f32]) {
+    let rows = x.len() / k;
+    debug_assert_eq!(out.len(), rows * n);
+    debug_assert!(w.len() >= n.div_ceil(PANEL) * PANEL * k);
+    let block = if rows * n * k < PARALLEL_FROM {
+        n
+    } else {
+        // A few blocks of whole 32-column strips per thread.
+        (n.div_ceil(rayon::current_num_threads() * 4)).div_ceil(4 * PANEL) * 4 * PANEL
+    };
+    if block >= n {
+        columns_range(x, k, w, (0, n), sum, out, simd());
+        return;
+    }
+    let parts: Vec<(usize, Vec<f32>)> = (0..n.div_ceil(block))
+        .into_par_iter()
+        .map(|b| {
+            let (c0, c1) = (b * block, ((b + 1) * block).min(n));
+            let mut part = vec![0f32; rows * (c1 - c0)];
+            columns_range(x, k, w, (c0, c1), sum, &mut part, simd());
+            (c0, part)
+        })
+        .collect();
+    for (c0, part) in parts {
+        let width = part.len() / rows;
+        for m in 0..rows {
+            out[m * n + c0..m * n + c0 + width].copy_from_slice(&part[m * width..(m + 1) * width]);
+        }
+    }
+}
+
+/// `values` `[n, k]` as bf16 panels `[ceil(n / PANEL), k, PANEL]` (the
+/// last one padded with zeros), evaluated.
+pub fn to_panels(values: &Array) -> Result<Array> {
+    let (n, k) = (values.shape()[0], values.shape()[1]);
+    let panel = PANEL as i32;
+    let padded = (n + panel - 1) / panel * panel;
+    let values = values.as_dtype(Dtype::Bfloat16)?;
+    let values = if padded > n {
+        let zeros = mlx_rs::ops::zeros_dtype(&[padded - n, k], Dtype::Bfloat16)?;
+        mlx_rs::ops::concatenate(&[values, zeros], 0)?
+    } else {
+        values
+    };
+    let panels = values
+        .reshape(&[padded / PANEL as i32, PANEL as i32, k])?
+        .transpose_axes(&[0, 2, 1])?
+        .contiguous()?;
+    panels.eval()?;
+    Ok(panels)
+}
+
+/// The `[n, k]` values of panels made by [`to_panels`].
+pub fn from_panels(panels: &Array, n: i32) -> Result<Array> {
+    let (count, k) = (panels.shape()[0], panels.shape()[1]);
+    Ok(panels
+        .transpose_axes(&[0, 2, 1])?
+        .reshape(&[count * PANEL as i32, k])?
+        .index((..n, ..)))
+}
+
+/// Rows `ids` of `W` `[n, k]` from its panels: `[ids.len(), k]` f32.
+pub fn panel_rows(panels: &[bf16], k: usize, ids: &[i32]) -> Vec<f32> {
+    let mut out = Vec::with_capacity(ids.len() * k);
+    for &id in ids {
+        let id = id as usize;
+        let panel = &panels[id / PANEL * k * PANEL..][..k * PANEL];
+        out.extend((0..k).map(|i| panel[i * PANEL + id % PANEL].widen()));
+    }
+    out
+}
+
+/// Causal attention for bf16 inputs as MLX's CPU
+/// `scaled_dot_product_attention` computes it (docs/cpu.md, "Parity with
+/// mlx-lm"), per query: q times the scale (both bf16) rounded to bf16; each
+/// score an f32 [`sequential_dot`] rounded to bf16; a precise softmax (f32
+/// max, [`mlx_exp`], an f32 sum in position order, one reciprocal, each
+/// weight rounded to bf16); each output an f32 sum of weight times value in
+/// position order, rounded to bf16. Masked positions weigh exactly 0 there,
+/// so leaving them out changes no bit. Shapes as in [`attention`].
+pub fn attention_bf16(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (heads, kv_heads, len, total, d): (usize, usize, usize, usize, usize),
+    scale: f32,
+    out: &mut [f32],
+) {
+    let group = heads / kv_heads;
+    let scale = round_bf16(scale);
+    let one = |index: usize, out: &mut [f32]| {
+        let (h, l) = (index / len, index % len);
+        let kv = h / group;
+        let query: Vec<f32> = q[index * d..(index + 1) * d]
+            .iter()
+            .map(|x| round_bf16(x * scale))
+            .collect();
+        let visible = total - len + l + 1;
+        let keys = &k[kv * total * d..];
+        let values = &v[kv * total * d..];
+        let scores: Vec<f32> = (0..visible)
+            .map(|s| round_bf16(sequential_dot(&query, &keys[s * d..(s + 1) * d])))
+            .collect();
+        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for score in &scores {
+            sum += mlx_exp(score - max);
+        }
+        let inverse = 1.0 / sum;
+        out.fill(0.0);
+        for (s, score) in scores.iter().enumerate() {
+            let weight = round_bf16(mlx_exp(score - max) * inverse);
+            for (o, value) in out.iter_mut().zip(&values[s * d..(s + 1) * d]) {
+                *o += weight * value;
+            }
+        }
+        for o in out.iter_mut() {
+            *o = round_bf16(*o);
+        }
+    };
+    if heads * len * total * d < PARALLEL_FROM {
+        for (index, row) in out.chunks_exact_mut(d).enumerate() {
+            one(index, row);
+        }
+    } else {
+        out.par_chunks_exact_mut(d)
+            .enumerate()
+            .for_each(|(index, row)| one(index, row));
+    }
+}
+
 /// Causal attention of `q` `[heads, len, d]` over `k`, `v` `[kv_heads,
 /// total, d]` (the last `len` positions of `total` are the queries'),
 /// grouped heads (head h reads kv head h / (heads / kv_heads)).
@@ -300,42 +761,157 @@ pub fn host_f32(array: &Array) -> Result<Vec<f32>> {
     Ok(array.as_slice::<f32>().to_vec())
 }
 
-/// [`matmul_nt`] by an evaluated, contiguous weight array stored as f32
-/// or bf16 (`linear::LinearWeight::Host`).
-fn matmul_weight(x: &[f32], weight: &Array, k: usize, out: &mut [f32]) {
-    match weight.dtype() {
-        Dtype::Bfloat16 => matmul_nt(x, weight.as_slice::<bf16>(), k, out),
-        _ => matmul_nt(x, weight.as_slice::<f32>(), k, out),
+/// A linear map's weights as the host kernels hold them: evaluated,
+/// contiguous, and laid out for the sums they take.
+#[derive(Clone)]
+pub struct HostMatrix {
+    pub weight: Array,
+    pub layout: Layout,
+    /// Outputs (n) and inputs (k) of the map.
+    pub n: usize,
+    pub k: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// `[n, k]` f32 or bf16, by [`matmul_nt`] (f32 checkpoints).
+    Rows,
+    /// bf16 panels ([`to_panels`]), by [`matmul_columns`]: bf16
+    /// checkpoints, whose bf16 inputs it multiplies exactly as MLX's CPU
+    /// kernels do. Inputs of another type take [`ColumnSum::F32`].
+    Columns(ColumnSum),
+}
+
+impl HostMatrix {
+    /// `values` `[n, k]` stored f32 by rows.
+    pub fn rows(values: &Array) -> Result<Self> {
+        let weight = values.as_dtype(Dtype::Float32)?.contiguous()?;
+        weight.eval()?;
+        Ok(HostMatrix {
+            n: weight.shape()[0] as usize,
+            k: weight.shape()[1] as usize,
+            weight,
+            layout: Layout::Rows,
+        })
+    }
+
+    /// `values` `[n, k]` (bf16 values) stored as bf16 panels, summed as `sum` says.
+    pub fn columns(values: &Array, sum: ColumnSum) -> Result<Self> {
+        Ok(HostMatrix {
+            n: values.shape()[0] as usize,
+            k: values.shape()[1] as usize,
+            weight: to_panels(values)?,
+            layout: Layout::Columns(sum),
+        })
+    }
+
+    /// The `[n, k]` values.
+    pub fn values(&self) -> Result<Array> {
+        match self.layout {
+            Layout::Rows => Ok(self.weight.clone()),
+            Layout::Columns(_) => from_panels(&self.weight, self.n as i32),
+        }
+    }
+
+    /// Maps of the same input stacked into one (outputs in order), or None
+    /// when they are not summed alike.
+    pub fn stack(parts: &[&HostMatrix]) -> Result<Option<Self>> {
+        let layout = parts[0].layout;
+        if parts
+            .iter()
+            .any(|p| p.layout != layout || p.k != parts[0].k)
+        {
+            return Ok(None);
+        }
+        let values = parts
+            .iter()
+            .map(|p| p.values())
+            .collect::<Result<Vec<_>>>()?;
+        let stacked = mlx_rs::ops::concatenate(&values, 0)?;
+        Ok(Some(match layout {
+            Layout::Rows => HostMatrix::rows(&stacked)?,
+            Layout::Columns(sum) => HostMatrix::columns(&stacked, sum)?,
+        }))
+    }
+
+    /// Input width k and output width n.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.k, self.n)
+    }
+
+    /// Rows `ids` of the `[n, k]` values, f32, `[ids.len(), k]`.
+    pub fn gather_rows(&self, ids: &[i32]) -> Result<Vec<f32>> {
+        if let Some(bad) = ids.iter().find(|&&id| id < 0 || id as usize >= self.n) {
+            return Err(mlx_rs::error::Exception::custom(format!(
+                "token id {bad} out of range (vocabulary {})",
+                self.n
+            ))
+            .into());
+        }
+        Ok(match (self.layout, self.weight.dtype()) {
+            (Layout::Columns(_), _) => panel_rows(self.weight.as_slice::<bf16>(), self.k, ids),
+            (Layout::Rows, Dtype::Bfloat16) => {
+                let w = self.weight.as_slice::<bf16>();
+                ids.iter()
+                    .flat_map(|&id| {
+                        w[id as usize * self.k..][..self.k]
+                            .iter()
+                            .map(|v| v.widen())
+                    })
+                    .collect()
+            }
+            (Layout::Rows, _) => {
+                let w = self.weight.as_slice::<f32>();
+                ids.iter()
+                    .flat_map(|&id| w[id as usize * self.k..][..self.k].iter().copied())
+                    .collect()
+            }
+        })
+    }
+
+    /// `x W^T` for `xs` `[rows, k]` whose values are of type `dtype`.
+    fn product(&self, xs: &[f32], dtype: Dtype) -> Vec<f32> {
+        let (k, n) = self.dims();
+        let mut out = vec![0f32; xs.len() / k * n];
+        match (self.layout, self.weight.dtype()) {
+            (Layout::Rows, Dtype::Bfloat16) => {
+                matmul_nt(xs, self.weight.as_slice::<bf16>(), k, &mut out)
+            }
+            (Layout::Rows, _) => matmul_nt(xs, self.weight.as_slice::<f32>(), k, &mut out),
+            (Layout::Columns(sum), _) => {
+                let sum = if dtype == Dtype::Bfloat16 {
+                    sum
+                } else {
+                    ColumnSum::F32
+                };
+                matmul_columns(xs, self.weight.as_slice::<bf16>(), k, n, sum, &mut out)
+            }
+        }
+        out
     }
 }
 
-/// `x W^T` for `x` `[..., k]` and `weight` `[n, k]` f32 or bf16 (evaluated,
-/// contiguous), in `x`'s dtype.
-pub fn linear(x: &Array, weight: &Array) -> Result<Array> {
+/// `x W^T` for `x` `[..., k]`, in `x`'s dtype.
+pub fn linear(x: &Array, weight: &HostMatrix) -> Result<Array> {
     let shape = x.shape().to_vec();
-    let k = *shape.last().unwrap_or(&1) as usize;
-    let cols = weight.shape()[0];
+    let (_, cols) = weight.dims();
     let xs = host_f32(x)?;
-    let mut out = vec![0f32; xs.len() / k * cols as usize];
-    matmul_weight(&xs, weight, k, &mut out);
+    let out = weight.product(&xs, x.dtype());
     let mut out_shape = shape;
-    *out_shape.last_mut().unwrap() = cols;
+    *out_shape.last_mut().unwrap() = cols as i32;
     Ok(Array::from_slice(&out, &out_shape).as_dtype(x.dtype())?)
 }
 
 /// `x W^T` for the stacked weights of several maps of the same `x`
-/// (`weight` `[sum of cols, k]` f32), one array per map, in `x`'s dtype:
+/// (`cols`: each map's width, in order), one array per map, in `x`'s dtype:
 /// one host product, one read of `x`, instead of one each. Each output is
-/// the same [`dot`] as the map's own product gives, so the values are bit
+/// the same sum as the map's own product gives, so the values are bit
 /// for bit those of the maps one by one.
-pub fn linear_split(x: &Array, weight: &Array, cols: &[i32]) -> Result<Vec<Array>> {
+pub fn linear_split(x: &Array, weight: &HostMatrix, cols: &[i32]) -> Result<Vec<Array>> {
     let shape = x.shape().to_vec();
-    let k = *shape.last().unwrap_or(&1) as usize;
-    let all = weight.shape()[0] as usize;
+    let (_, all) = weight.dims();
     let xs = host_f32(x)?;
-    let rows = xs.len() / k;
-    let mut out = vec![0f32; rows * all];
-    matmul_weight(&xs, weight, k, &mut out);
+    let out = weight.product(&xs, x.dtype());
     let mut first = 0usize;
     cols.iter()
         .map(|&n| {
@@ -353,8 +929,9 @@ pub fn linear_split(x: &Array, weight: &Array, cols: &[i32]) -> Result<Vec<Array
         .collect()
 }
 
-/// [`attention`] for MLX arrays: `q` `[1, heads, len, d]`, `k`, `v`
-/// `[1, kv_heads, total, d]`; returns `[1, heads, len, d]` in `q`'s dtype.
+/// [`attention`] (f32) or, for bf16 inputs, [`attention_bf16`] for MLX
+/// arrays: `q` `[1, heads, len, d]`, `k`, `v` `[1, kv_heads, total, d]`;
+/// returns `[1, heads, len, d]` in `q`'s dtype.
 pub fn causal_attention(q: &Array, k: &Array, v: &Array, scale: f32) -> Result<Array> {
     let (qs, ks) = (q.shape(), k.shape());
     let dims = (
@@ -366,7 +943,11 @@ pub fn causal_attention(q: &Array, k: &Array, v: &Array, scale: f32) -> Result<A
     );
     let (qh, kh, vh) = (host_f32(q)?, host_f32(k)?, host_f32(v)?);
     let mut out = vec![0f32; qh.len()];
-    attention(&qh, &kh, &vh, dims, scale, &mut out);
+    if [q, k, v].iter().all(|a| a.dtype() == Dtype::Bfloat16) {
+        attention_bf16(&qh, &kh, &vh, dims, scale, &mut out);
+    } else {
+        attention(&qh, &kh, &vh, dims, scale, &mut out);
+    }
     Ok(Array::from_slice(&out, qs).as_dtype(q.dtype())?)
 }
 
@@ -378,6 +959,196 @@ mod tests {
         (0..n)
             .map(|i| ((i as f32 + salt) * 0.618_034).sin() * 1.3)
             .collect()
+    }
+
+    /// bf16 values (as f32) of a deterministic, sign-mixed sequence, some
+    /// of them products that land exactly on bf16 ties.
+    fn bf16_values(n: usize, salt: f32, scale: f32) -> Vec<f32> {
+        values(n, salt)
+            .into_iter()
+            .map(|v| bf16::from_f32(v * scale).to_f32())
+            .collect()
+    }
+
+    fn cpu() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+    }
+
+    fn host(a: &Array) -> Vec<f32> {
+        host_f32(a).unwrap()
+    }
+
+    /// Every vector kernel, at every blocking and tail, gives its scalar
+    /// reference's bits: AVX-512, AVX2 and scalar machines agree.
+    #[test]
+    fn column_kernels_equal_their_scalar_reference() {
+        cpu();
+        for (n, k) in [(16, 64), (100, 37), (4096, 24), (72, 384)] {
+            let w = Array::from_slice(&bf16_values(n * k, 1.0, 0.7), &[n as i32, k as i32]);
+            let panels = to_panels(&w).unwrap();
+            let panels = panels.as_slice::<bf16>();
+            for rows in [1, 3, 4, 6, 16] {
+                let x = bf16_values(rows * k, 2.0, 1.9);
+                for sum in [ColumnSum::Bf16, ColumnSum::F32] {
+                    let want: Vec<f32> = (0..rows)
+                        .flat_map(|m| {
+                            let row = &x[m * k..(m + 1) * k];
+                            (0..n).map(move |c| column_scalar(row, panels, c, sum))
+                        })
+                        .collect();
+                    for kernels in [Simd::Scalar, Simd::Avx2, Simd::Avx512] {
+                        #[cfg(target_arch = "x86_64")]
+                        if (kernels == Simd::Avx2 && !std::is_x86_feature_detected!("avx2"))
+                            || (kernels == Simd::Avx512
+                                && !std::is_x86_feature_detected!("avx512f"))
+                        {
+                            continue;
+                        }
+                        let mut out = vec![0f32; rows * n];
+                        columns_range(&x, k, panels, (0, n), sum, &mut out, kernels);
+                        let same = out
+                            .iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(same, "{n}x{k}, {rows} rows, {sum:?}");
+                    }
+                    let mut out = vec![0f32; rows * n];
+                    matmul_columns(&x, panels, k, n, sum, &mut out);
+                    assert_eq!(out, want, "{n}x{k}, {rows} rows, {sum:?}, threaded");
+                }
+            }
+        }
+    }
+
+    /// The two column sums are MLX's CPU kernels for bf16 inputs: its
+    /// quantized matmul (bf16 scales) and its bf16 gemm, bit for bit.
+    #[test]
+    fn column_sums_are_mlx_cpu_kernels_for_bf16() {
+        cpu();
+        let (n, k, rows) = (200, 256, 5);
+        let w = Array::from_slice(&values(n * k, 3.0), &[n as i32, k as i32])
+            .as_dtype(Dtype::Bfloat16)
+            .unwrap();
+        let x = Array::from_slice(&bf16_values(rows * k, 4.0, 2.0), &[rows as i32, k as i32])
+            .as_dtype(Dtype::Bfloat16)
+            .unwrap();
+        let (packed, scales, biases) = mlx_rs::ops::quantize(&w, 64, 8).unwrap();
+        assert_eq!(scales.dtype(), Dtype::Bfloat16);
+        let dequantized = mlx_rs::ops::dequantize(&packed, &scales, &biases, 64, 8).unwrap();
+        let mlx =
+            mlx_rs::ops::quantized_matmul(&x, &packed, &scales, &biases, true, 64, 8).unwrap();
+        let ours = linear(
+            &x,
+            &HostMatrix::columns(&dequantized, ColumnSum::Bf16).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(host(&ours), host(&mlx), "quantized matmul");
+        // An f32 sum of the same values is not it: the test tells them apart.
+        let f32_sum = linear(&x, &HostMatrix::rows(&dequantized).unwrap()).unwrap();
+        assert_ne!(host(&f32_sum), host(&mlx));
+
+        let mlx = mlx_rs::ops::matmul(&x, w.t()).unwrap();
+        let ours = linear(&x, &HostMatrix::columns(&w, ColumnSum::F32).unwrap()).unwrap();
+        assert_eq!(host(&ours), host(&mlx), "bf16 gemm");
+    }
+
+    /// [`round_bf16`] is MLX's f32 -> bf16 cast, ties included; [`mlx_exp`]
+    /// is MLX's CPU exp, bit for bit.
+    #[test]
+    fn rounding_and_exp_are_mlx_s() {
+        cpu();
+        let mut xs: Vec<f32> = values(5000, 0.3).iter().map(|v| v * 40.0).collect();
+        // Exact ties (low 16 bits 0x8000) with even and odd kept bits.
+        xs.extend([0x3F80_8000u32, 0x3F81_8000, 0xBF80_8000, 0x4000_7FFF].map(f32::from_bits));
+        xs.extend([-100.0, -88.5, -87.9, 0.0, 1e-30, 87.9, 89.0]);
+        let a = Array::from_slice(&xs, &[xs.len() as i32]);
+        let cast = host(&a.as_dtype(Dtype::Bfloat16).unwrap());
+        let ours: Vec<f32> = xs.iter().map(|&x| round_bf16(x)).collect();
+        assert_eq!(ours, cast);
+        let exp = host(&mlx_rs::ops::exp(&a).unwrap());
+        let ours: Vec<f32> = xs.iter().map(|&x| mlx_exp(x)).collect();
+        let same = ours
+            .iter()
+            .zip(&exp)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "exp differs");
+    }
+
+    /// bf16 attention is MLX's CPU scaled_dot_product_attention (its
+    /// fallback of bf16 ops) bit for bit, a query alone (no mask) and a
+    /// block (causal mask), and each query of the block is the lone query.
+    #[test]
+    fn bf16_attention_is_mlx_s_and_row_invariant() {
+        use mlx_rs::fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask};
+        cpu();
+        let (heads, kv_heads, d, total) = (6, 2, 64, 40);
+        let bf = |v: Vec<f32>, shape: &[i32]| {
+            Array::from_slice(&v, shape)
+                .as_dtype(Dtype::Bfloat16)
+                .unwrap()
+        };
+        let k = bf(
+            values(kv_heads * total * d, 2.0),
+            &[1, kv_heads as i32, total as i32, d as i32],
+        );
+        let v = bf(
+            values(kv_heads * total * d, 3.0),
+            &[1, kv_heads as i32, total as i32, d as i32],
+        );
+        for (len, scale) in [(1, 0.125), (16, 0.125), (16, 0.088_388_35)] {
+            let q = bf(
+                values(heads * len * d, 1.0)
+                    .iter()
+                    .map(|x| x * 3.0)
+                    .collect(),
+                &[1, heads as i32, len as i32, d as i32],
+            );
+            let mask = (len > 1).then_some(ScaledDotProductAttentionMask::Causal);
+            let mlx = scaled_dot_product_attention(&q, &k, &v, scale, mask, None).unwrap();
+            let ours = causal_attention(&q, &k, &v, scale).unwrap();
+            assert_eq!(ours.dtype(), Dtype::Bfloat16);
+            assert_eq!(host(&ours), host(&mlx), "{len} queries, scale {scale}");
+        }
+        // Row invariance: each query of a block is the query alone.
+        let len = 16;
+        let q = values(heads * len * d, 1.0);
+        let (kh, vh) = (host(&k), host(&v));
+        let q = bf16_values(q.len(), 1.0, 1.0);
+        let mut block = vec![0f32; q.len()];
+        attention_bf16(
+            &q,
+            &kh,
+            &vh,
+            (heads, kv_heads, len, total, d),
+            0.125,
+            &mut block,
+        );
+        for l in 0..len {
+            let upto = total - len + l + 1;
+            let lone_q: Vec<f32> = (0..heads)
+                .flat_map(|h| q[(h * len + l) * d..(h * len + l + 1) * d].to_vec())
+                .collect();
+            let cut = |x: &[f32]| -> Vec<f32> {
+                (0..kv_heads)
+                    .flat_map(|h| x[h * total * d..(h * total + upto) * d].to_vec())
+                    .collect()
+            };
+            let mut lone = vec![0f32; heads * d];
+            attention_bf16(
+                &lone_q,
+                &cut(&kh),
+                &cut(&vh),
+                (heads, kv_heads, 1, upto, d),
+                0.125,
+                &mut lone,
+            );
+            for h in 0..heads {
+                assert_eq!(
+                    &block[(h * len + l) * d..(h * len + l + 1) * d],
+                    &lone[h * d..(h + 1) * d]
+                );
+            }
+        }
     }
 
     #[test]
@@ -446,15 +1217,16 @@ mod tests {
             .collect();
         let stacked = mlx_rs::ops::concatenate(&parts, 0).unwrap();
         stacked.eval().unwrap();
+        let rows = |weight: &Array| HostMatrix::rows(weight).unwrap();
         let x = Array::from_slice(&values(5 * k, 9.0), &[1, 5, k as i32])
             .as_dtype(Dtype::Bfloat16)
             .unwrap();
         let cols = cols.map(|n| n as i32);
-        let split = linear_split(&x, &stacked, &cols).unwrap();
+        let split = linear_split(&x, &rows(&stacked), &cols).unwrap();
         assert_eq!(split.len(), 3);
         for (part, (weight, n)) in split.iter().zip(parts.iter().zip(cols)) {
             weight.eval().unwrap();
-            let own = linear(&x, weight).unwrap();
+            let own = linear(&x, &rows(weight)).unwrap();
             assert_eq!(part.shape(), &[1, 5, n]);
             assert_eq!(part.dtype(), Dtype::Bfloat16);
             assert_eq!(host_f32(part).unwrap(), host_f32(&own).unwrap());

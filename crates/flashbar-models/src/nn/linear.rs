@@ -7,7 +7,7 @@
 
 use crate::config::{QuantParams, Quantization};
 use crate::error::{ModelError, Result};
-use crate::nn::host;
+use crate::nn::host::{self, ColumnSum, HostMatrix};
 use flashbar_mlx::device::{self, Backend};
 use flashbar_mlx::row_invariant;
 use mlx_rs::ops::{dequantize, gather_mm, gather_qmm, matmul, quantized_matmul};
@@ -185,10 +185,12 @@ pub enum LinearWeight {
     Dense(Array),
     Quantized(Packed),
     /// For the host kernels: exactly the checkpoint's values (dequantized
-    /// when packed; `dtype` is the type they came in), evaluated, stored as
-    /// bf16 when they are bf16 and as f32 otherwise.
+    /// when packed; `dtype` is the type they came in), evaluated: bf16
+    /// values stored bf16 by columns, summed as MLX's CPU kernel for them
+    /// sums (its quantized matmul for packed ones, its gemm for the rest);
+    /// others stored f32 by rows (docs/cpu.md, "Parity with mlx-lm").
     Host {
-        weight: Array,
+        weight: HostMatrix,
         dtype: Dtype,
     },
 }
@@ -205,26 +207,26 @@ impl LinearWeight {
         if !(hostable && weights.path == MatmulPath::Host) {
             return Ok(loaded);
         }
-        let (values, dtype) = match loaded {
+        let (values, dtype, sum) = match loaded {
             LinearWeight::Quantized(q) => (
                 dequantize(&q.weight, &q.scales, &q.biases, q.group_size, q.bits)?,
                 q.scales.dtype(),
+                ColumnSum::Bf16,
             ),
             LinearWeight::Dense(w) => {
                 let dtype = w.dtype();
-                (w, dtype)
+                (w, dtype, ColumnSum::F32)
             }
             host => return Ok(host),
         };
         // bf16 values stay bf16 (they widen to f32 exactly in the kernels,
-        // and a decode step reads half the bytes); others become f32.
-        let stored = if dtype == Dtype::Bfloat16 {
-            Dtype::Bfloat16
+        // and a decode step reads half the bytes), by columns for MLX's
+        // order of sums; others become f32, by rows.
+        let weight = if dtype == Dtype::Bfloat16 {
+            HostMatrix::columns(&values, sum)?
         } else {
-            Dtype::Float32
+            HostMatrix::rows(&values)?
         };
-        let weight = values.as_dtype(stored)?.contiguous()?;
-        weight.eval()?;
         Ok(LinearWeight::Host { weight, dtype })
     }
 
@@ -301,8 +303,8 @@ impl Linear {
 /// one by one (`host::linear_split`). Elsewhere each map runs on its own.
 pub struct Fused {
     parts: Vec<Linear>,
-    /// The stacked f32 weights and each map's width, on the host path.
-    host: Option<(Array, Vec<i32>)>,
+    /// The stacked weights and each map's width, on the host path.
+    host: Option<(HostMatrix, Vec<i32>)>,
 }
 
 impl Fused {
@@ -311,22 +313,25 @@ impl Fused {
             .iter()
             .map(|path| Linear::load(weights, path))
             .collect::<Result<Vec<_>>>()?;
-        let stackable: Option<Vec<&Array>> = parts
+        let stackable: Option<Vec<&HostMatrix>> = parts
             .iter()
             .map(|part| match (&part.weight, &part.bias) {
                 (LinearWeight::Host { weight, .. }, None) => Some(weight),
                 _ => None,
             })
             .collect();
-        let Some(stack) = stackable.filter(|s| s.len() > 1) else {
+        // Maps summed alike only (a checkpoint may pack some and not others).
+        let stacked = match stackable.filter(|s| s.len() > 1) {
+            Some(stack) => HostMatrix::stack(&stack)?,
+            None => None,
+        };
+        let Some(weight) = stacked else {
             return Ok(Fused { parts, host: None });
         };
-        let cols = stack.iter().map(|w| w.shape()[0]).collect();
-        let stacked = mlx_rs::ops::concatenate(&stack, 0)?;
-        stacked.eval()?;
+        let cols = stack_widths(&parts);
         Ok(Fused {
             parts: Vec::new(),
-            host: Some((stacked, cols)),
+            host: Some((weight, cols)),
         })
     }
 
@@ -356,6 +361,17 @@ impl Fused {
     }
 }
 
+/// Each map's output width.
+fn stack_widths(parts: &[Linear]) -> Vec<i32> {
+    parts
+        .iter()
+        .map(|part| match &part.weight {
+            LinearWeight::Host { weight, .. } => weight.n as i32,
+            _ => 0,
+        })
+        .collect()
+}
+
 /// Token embedding; also the output head when the model ties them.
 pub struct Embedding {
     weight: LinearWeight,
@@ -372,7 +388,15 @@ impl Embedding {
         Ok(match &self.weight {
             LinearWeight::Dense(w) => w.take_axis(ids, 0)?,
             // The dequantized values, back in the type dequantize gives.
-            LinearWeight::Host { weight, dtype } => weight.take_axis(ids, 0)?.as_dtype(*dtype)?,
+            LinearWeight::Host { weight, dtype } => {
+                let shape = ids.shape().to_vec();
+                let ids = ids.as_dtype(Dtype::Int32)?;
+                ids.eval()?;
+                let rows = weight.gather_rows(ids.as_slice::<i32>())?;
+                let mut out_shape = shape;
+                out_shape.push(weight.k as i32);
+                Array::from_slice(&rows, &out_shape).as_dtype(*dtype)?
+            }
             LinearWeight::Quantized(q) => dequantize(
                 q.weight.take_axis(ids, 0)?,
                 q.scales.take_axis(ids, 0)?,
@@ -405,8 +429,12 @@ impl SwitchLinear {
     /// `x`: `[..., 1, in]` rows, `indices`: the expert of each row.
     pub fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
         Ok(match &self.weight {
-            LinearWeight::Dense(w) | LinearWeight::Host { weight: w, .. } => {
-                gather_mm(x, w.swap_axes(-1, -2)?, None, indices, false)?
+            LinearWeight::Dense(w) => gather_mm(x, w.swap_axes(-1, -2)?, None, indices, false)?,
+            LinearWeight::Host { .. } => {
+                return Err(mlx_rs::error::Exception::custom(
+                    "experts are never unpacked for the host kernels",
+                )
+                .into())
             }
             LinearWeight::Quantized(q) => gather_qmm(
                 x,
