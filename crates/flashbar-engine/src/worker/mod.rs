@@ -186,6 +186,30 @@ fn give_back_freed_heap() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn give_back_freed_heap() {}
 
+/// glibc serves an allocation from 128 KiB up with its own mapping, which a
+/// free returns at once, but after such a free it raises that threshold
+/// (up to 32 MiB), so the next load's weight buffers (the CPU's host
+/// kernels keep them on the Rust heap) land in its arenas, where freed
+/// pages can stay resident even after `malloc_trim`: each reload kept a few
+/// MB more (docs/reliability.md, "Idle unload"). Setting the threshold
+/// fixes it where it starts.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn map_large_allocations() {
+    extern "C" {
+        fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
+    }
+    const M_MMAP_THRESHOLD: std::ffi::c_int = -3;
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: mallopt only changes glibc's allocation policy for later
+    // allocations; it is safe to call from any thread.
+    ONCE.call_once(|| unsafe {
+        mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    });
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn map_large_allocations() {}
+
 /// The next job; None once the queue is closed. While the model is loaded
 /// and an idle unload is set, waits at most that long, then releases it.
 fn next_job<B, E: Display, F: FnMut() -> Result<B, E>>(
@@ -278,6 +302,7 @@ impl Worker {
         E: Display + Send + 'static,
         F: FnMut() -> Result<B, E> + Send + 'static,
     {
+        map_large_allocations();
         let (jobs, queue) = sync_channel::<Job>(capacity.max(1));
         let (loaded_tx, loaded_rx) = std::sync::mpsc::channel::<Result<usize, E>>();
         let state = Arc::new(State::default());
