@@ -7,6 +7,7 @@
 use crate::error::{mlx_error, Result};
 use crate::sampling::SamplingParams;
 use flashbar_mlx::device::{self, Backend};
+use flashbar_models::nn::host;
 use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
 use mlx_rs::{Array, Dtype};
 
@@ -26,14 +27,15 @@ impl Pending {
 }
 
 /// What greedy takes the argmax of, per row of `logits` (`[..., vocab]`).
-/// On the CPU: mlx-lm's log-probabilities, `logits - logsumexp(logits)` in
+/// On the CPU in MLX's arithmetic (`nn::host::Arithmetic::Mlx`): mlx-lm's
+/// log-probabilities, `logits - logsumexp(logits)` in
 /// the logits' type (its `generate_step`'s default sampler), so a tie the
 /// subtraction rounds two logits into breaks towards the lower id as there
 /// (docs/cpu.md, "Parity with mlx-lm"); MLX's CPU logsumexp computes each
 /// row alone, so a verify's rows still pick as the decode steps do.
 /// Elsewhere the logits themselves.
 fn greedy_scores(logits: &Array) -> Result<Array> {
-    if device::current() != Backend::Cpu {
+    if device::current() != Backend::Cpu || host::arithmetic() != host::Arithmetic::Mlx {
         return Ok(logits.clone());
     }
     let normalizer = logits.logsumexp_axis(-1, true)?;

@@ -18,14 +18,11 @@ const CODE: [&str; 3] = [
 ];
 /// Mean committed tokens per DFlash round (accepted drafts + 1) that each
 /// prompt set must reach. Measured on these prompts (greedy, block 16, 48
-/// tokens) with the committed drafter: 10.08 deterministic, 2.61 code since
-/// the CPU computes mlx-lm's bf16 arithmetic (docs/cpu.md, "Parity with
-/// mlx-lm"), whose greedy continuations differ: "16, 17, 17, ..." where
-/// the old rounding gave "16, 16, ...", and "b = 0" after six "a = 0"
-/// (14.86 and 2.56 before; docs/acceptance.md; the H200's first drafter,
-/// on 2.5x fewer sequences: 9.73 and 2.57; the first one, trained on the
-/// CPU: 1.33 and 1.25); the floors keep a margin.
-const ACCEPT_FLOORS: [(&str, f64); 2] = [("deterministic", 8.0), ("code", 2.0)];
+/// tokens) with the committed drafter, in the default f32 arithmetic
+/// (docs/acceptance.md; docs/cpu.md "Parity with mlx-lm": in MLX's CPU
+/// arithmetic the target's continuations differ and accept less, 10.08 and
+/// 2.61); the floors keep a margin.
+const ACCEPT_FLOORS: [(&str, f64); 2] = [("deterministic", 12.0), ("code", 2.0)];
 
 fn default_pair() -> Engine {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/default");

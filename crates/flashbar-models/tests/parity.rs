@@ -8,9 +8,16 @@
 mod common;
 
 use common::{fixture, host_i32, max_abs_diff, reference};
+use flashbar_models::nn::host;
 use flashbar_models::{Model, Outputs};
 use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
 use mlx_rs::Array;
+
+/// mlx-lm's own arithmetic on the CPU (docs/cpu.md, "Parity with mlx-lm"):
+/// every test here compares with it; models load after this.
+fn mlx_arithmetic() {
+    host::set_arithmetic(host::Arithmetic::Mlx);
+}
 
 const F32_TOLERANCE: f32 = 1e-4;
 
@@ -83,11 +90,13 @@ fn greedy_matches(name: &str) {
 
 #[test]
 fn dense_f32_logits_match_mlx_lm() {
+    mlx_arithmetic();
     prefill_and_decode_match("dense-hf-f32", F32_TOLERANCE);
 }
 
 #[test]
 fn moe_f32_logits_match_mlx_lm() {
+    mlx_arithmetic();
     prefill_and_decode_match("moe-hf-f32", F32_TOLERANCE);
 }
 
@@ -95,11 +104,13 @@ fn moe_f32_logits_match_mlx_lm() {
 /// YARN_ROPE): partial rotation with blended periods and mscale.
 #[test]
 fn yarn_target_logits_match_mlx_lm() {
+    mlx_arithmetic();
     prefill_and_decode_match("dense-yarn-hf-f32", F32_TOLERANCE);
 }
 
 #[test]
 fn quantized_logits_match_mlx_lm() {
+    mlx_arithmetic();
     for name in [
         "dense-mlx-4bit",
         "dense-mlx-8bit",
@@ -112,6 +123,7 @@ fn quantized_logits_match_mlx_lm() {
 
 #[test]
 fn quantized_greedy_tokens_match_mlx_lm() {
+    mlx_arithmetic();
     for name in [
         "dense-mlx-4bit",
         "dense-mlx-8bit",
@@ -131,6 +143,7 @@ fn quantized_greedy_tokens_match_mlx_lm() {
 /// mlx-lm's logits and greedy tokens.
 #[test]
 fn published_target_layouts_match_mlx_lm() {
+    mlx_arithmetic();
     // f32 rounding: the HF 9B layout measured 1.09e-4 once (its prefill of
     // 7), where the 35B one measures 2.0e-5 and the same 9B weights
     // quantized 1.3e-5; a wrong tensor costs more than 0.1. So these two
@@ -156,12 +169,14 @@ fn published_target_layouts_match_mlx_lm() {
 /// logit before, docs/cpu.md "Parity with mlx-lm").
 #[test]
 fn bf16_checkpoint_logits_equal_mlx_lm() {
+    mlx_arithmetic();
     mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
     prefill_and_decode_match("dense-hf-bf16", 0.0);
 }
 
 #[test]
 fn bf16_greedy_tokens_match_mlx_lm() {
+    mlx_arithmetic();
     mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
     greedy_matches("dense-hf-bf16");
 }
@@ -179,6 +194,7 @@ fn generate_step_pick(logits: &Array) -> i32 {
 /// (tests/fixtures/make_fixtures.py, `embedded_target_reference`).
 #[test]
 fn embedded_target_greedy_matches_mlx_lm_generate_step() {
+    mlx_arithmetic();
     mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
     let path = common::fixtures_dir().join("embedded-target.reference.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -243,6 +259,7 @@ fn embedded_target_greedy_matches_mlx_lm_generate_step() {
 /// position; and `forward_last` is the last of them.
 #[test]
 fn long_quantized_prefill_matches_token_by_token_decode() {
+    mlx_arithmetic();
     use flashbar_models::nn::linear::CPU_GEMM_FROM_ROWS;
     for name in ["dense-mlx-4bit", "moe-mlx-8bit"] {
         let model = Model::load(&fixture(name)).unwrap();

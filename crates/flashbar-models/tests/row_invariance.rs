@@ -8,6 +8,7 @@
 mod common;
 
 use common::{fixture, host_f32};
+use flashbar_models::nn::host;
 use flashbar_models::{Model, Outputs};
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::Array;
@@ -78,9 +79,15 @@ fn assert_rows_invariant(dir: &Path) {
     }
 }
 
+/// In both of the host kernels' arithmetics (docs/cpu.md, "Parity with
+/// mlx-lm"). The only test here that sets one: the others take whichever
+/// is set when they load, and every model keeps the one it loaded with.
 #[test]
 fn verify_rows_equal_decode_steps_on_the_embedded_target() {
-    assert_rows_invariant(&embedded_target());
+    for arithmetic in [host::Arithmetic::Mlx, host::Arithmetic::F32] {
+        host::set_arithmetic(arithmetic);
+        assert_rows_invariant(&embedded_target());
+    }
 }
 
 #[test]

@@ -61,6 +61,8 @@ pub struct Attention {
     /// Scores and weighted sums by the host kernels (the CPU path), whose
     /// rows do not depend on how many queries come together.
     host: bool,
+    /// The host kernels' arithmetic, fixed at load like the linear maps'.
+    arithmetic: host::Arithmetic,
     /// Decode steps and verified blocks on the row-invariant CUDA kernel
     /// (`linear::row_kernels`), for the same reason.
     row_kernel: bool,
@@ -87,6 +89,7 @@ impl Attention {
             eps: config.rms_norm_eps,
             rope,
             host: weights.host_kernels(),
+            arithmetic: host::arithmetic(),
             row_kernel: row_kernels(),
         })
     }
@@ -113,7 +116,7 @@ impl Attention {
 
         let scale = (self.head_dim as f32).powf(-0.5);
         let out = if self.host && b == 1 {
-            host::causal_attention(&queries, &keys, &values, scale)?
+            host::causal_attention(&queries, &keys, &values, scale, self.arithmetic)?
         } else if self.row_kernel && row_invariant::takes_attention(&queries, &keys) {
             row_invariant::causal_attention(&queries, &keys, &values, scale)?
         } else {

@@ -300,6 +300,54 @@ pub fn mlx_exp(x: f32) -> f32 {
     two_to_i * p
 }
 
+/// Which arithmetic the host kernels use for bf16 checkpoints
+/// (docs/cpu.md, "Parity with mlx-lm"): f32 sums (the default: more
+/// precise, faster, and the arithmetic of MLX's GPU kernels, which the
+/// drafters are trained against), or MLX's CPU kernels bit for bit, whose
+/// quantized matmul rounds every product and partial sum to bf16 (what
+/// mlx-lm computes on a CPU; the parity tests use it). Both are
+/// row-invariant, so DFlash stays lossless in either.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arithmetic {
+    F32,
+    Mlx,
+}
+
+/// `mlx` selects [`Arithmetic::Mlx`] for the process; anything else, or
+/// nothing, [`Arithmetic::F32`].
+pub const ARITHMETIC_ENV: &str = "FLASHBAR_CPU_ARITHMETIC";
+
+/// 0: not read yet; 1: F32; 2: Mlx.
+static ARITHMETIC: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// The process's arithmetic: [`set_arithmetic`]'s, else [`ARITHMETIC_ENV`]'s.
+/// Read when weights load and when attention runs.
+pub fn arithmetic() -> Arithmetic {
+    use std::sync::atomic::Ordering;
+    match ARITHMETIC.load(Ordering::Relaxed) {
+        1 => Arithmetic::F32,
+        2 => Arithmetic::Mlx,
+        _ => {
+            let mode = if std::env::var(ARITHMETIC_ENV).as_deref() == Ok("mlx") {
+                Arithmetic::Mlx
+            } else {
+                Arithmetic::F32
+            };
+            set_arithmetic(mode);
+            mode
+        }
+    }
+}
+
+/// Sets the process's arithmetic (before loading a model).
+pub fn set_arithmetic(mode: Arithmetic) {
+    let code = match mode {
+        Arithmetic::F32 => 1,
+        Arithmetic::Mlx => 2,
+    };
+    ARITHMETIC.store(code, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// How a product by bf16 weights sums, for bf16 inputs: what MLX's CPU
 /// kernels do (docs/cpu.md, "Parity with mlx-lm").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -929,10 +977,16 @@ pub fn linear_split(x: &Array, weight: &HostMatrix, cols: &[i32]) -> Result<Vec<
         .collect()
 }
 
-/// [`attention`] (f32) or, for bf16 inputs, [`attention_bf16`] for MLX
-/// arrays: `q` `[1, heads, len, d]`, `k`, `v` `[1, kv_heads, total, d]`;
-/// returns `[1, heads, len, d]` in `q`'s dtype.
-pub fn causal_attention(q: &Array, k: &Array, v: &Array, scale: f32) -> Result<Array> {
+/// [`attention`] (f32) or, for bf16 inputs in [`Arithmetic::Mlx`],
+/// [`attention_bf16`] for MLX arrays: `q` `[1, heads, len, d]`, `k`, `v`
+/// `[1, kv_heads, total, d]`; returns `[1, heads, len, d]` in `q`'s dtype.
+pub fn causal_attention(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    scale: f32,
+    arithmetic: Arithmetic,
+) -> Result<Array> {
     let (qs, ks) = (q.shape(), k.shape());
     let dims = (
         qs[1] as usize,
@@ -943,7 +997,7 @@ pub fn causal_attention(q: &Array, k: &Array, v: &Array, scale: f32) -> Result<A
     );
     let (qh, kh, vh) = (host_f32(q)?, host_f32(k)?, host_f32(v)?);
     let mut out = vec![0f32; qh.len()];
-    if [q, k, v].iter().all(|a| a.dtype() == Dtype::Bfloat16) {
+    if arithmetic == Arithmetic::Mlx && [q, k, v].iter().all(|a| a.dtype() == Dtype::Bfloat16) {
         attention_bf16(&qh, &kh, &vh, dims, scale, &mut out);
     } else {
         attention(&qh, &kh, &vh, dims, scale, &mut out);
@@ -1105,7 +1159,7 @@ mod tests {
             );
             let mask = (len > 1).then_some(ScaledDotProductAttentionMask::Causal);
             let mlx = scaled_dot_product_attention(&q, &k, &v, scale, mask, None).unwrap();
-            let ours = causal_attention(&q, &k, &v, scale).unwrap();
+            let ours = causal_attention(&q, &k, &v, scale, Arithmetic::Mlx).unwrap();
             assert_eq!(ours.dtype(), Dtype::Bfloat16);
             assert_eq!(host(&ours), host(&mlx), "{len} queries, scale {scale}");
         }

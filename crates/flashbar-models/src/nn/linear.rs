@@ -211,7 +211,10 @@ impl LinearWeight {
             LinearWeight::Quantized(q) => (
                 dequantize(&q.weight, &q.scales, &q.biases, q.group_size, q.bits)?,
                 q.scales.dtype(),
-                ColumnSum::Bf16,
+                match host::arithmetic() {
+                    host::Arithmetic::Mlx => ColumnSum::Bf16,
+                    host::Arithmetic::F32 => ColumnSum::F32,
+                },
             ),
             LinearWeight::Dense(w) => {
                 let dtype = w.dtype();
