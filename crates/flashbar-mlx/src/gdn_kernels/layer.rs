@@ -131,6 +131,21 @@ pub struct LayerOutputs {
     pub delta: Array,
 }
 
+/// The kernel's inputs, in the order `layer` passes them.
+pub(super) const INPUT_NAMES: [&str; 11] = [
+    "qkv",
+    "z",
+    "b_in",
+    "a_in",
+    "conv_state",
+    "conv_w",
+    "a_log",
+    "dt_bias",
+    "norm_w",
+    "consts",
+    "state",
+];
+
 static LAYER: Body = Body::new(
     "gdn_layer",
     include_str!("../../../../kernels/cuda/gdn_layer.cu"),
@@ -207,19 +222,7 @@ pub fn layer(
     let per_step = vec![batch, steps, hv, dv];
     let outputs = custom_kernel::launch(&custom_kernel::Launch {
         body: &LAYER,
-        input_names: &[
-            "qkv",
-            "z",
-            "b_in",
-            "a_in",
-            "conv_state",
-            "conv_w",
-            "a_log",
-            "dt_bias",
-            "norm_w",
-            "consts",
-            "state",
-        ],
+        input_names: &INPUT_NAMES,
         output_names: &["out", "state_out", "conv_out", "k_tape", "g_tape", "delta"],
         inputs: &[
             qkv,

@@ -156,20 +156,7 @@ fn bad_shapes_and_cpu_streams_are_errors_not_crashes() {
 
 #[test]
 fn the_layer_body_asks_mlx_for_qkv_shape_only() {
-    let inputs = [
-        "qkv",
-        "z",
-        "b_in",
-        "a_in",
-        "conv_state",
-        "conv_w",
-        "a_log",
-        "dt_bias",
-        "norm_w",
-        "consts",
-        "state",
-    ];
-    for input in inputs {
+    for input in layer::INPUT_NAMES {
         for suffix in ["_shape", "_strides", "_ndim"] {
             let name = format!("{input}{suffix}");
             assert_eq!(

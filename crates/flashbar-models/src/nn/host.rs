@@ -1165,37 +1165,10 @@ mod tests {
         }
         // Row invariance: each query of a block is the query alone.
         let len = 16;
-        let q = values(heads * len * d, 1.0);
-        let (kh, vh) = (host(&k), host(&v));
-        let q = bf16_values(q.len(), 1.0, 1.0);
-        let mut block = vec![0f32; q.len()];
-        attention_bf16(
-            &q,
-            &kh,
-            &vh,
-            (heads, kv_heads, len, total, d),
-            0.125,
-            &mut block,
-        );
-        for l in 0..len {
-            let upto = total - len + l + 1;
-            let lone_q: Vec<f32> = (0..heads)
-                .flat_map(|h| q[(h * len + l) * d..(h * len + l + 1) * d].to_vec())
-                .collect();
-            let cut = |x: &[f32]| -> Vec<f32> {
-                (0..kv_heads)
-                    .flat_map(|h| x[h * total * d..(h * total + upto) * d].to_vec())
-                    .collect()
-            };
-            let mut lone = vec![0f32; heads * d];
-            attention_bf16(
-                &lone_q,
-                &cut(&kh),
-                &cut(&vh),
-                (heads, kv_heads, 1, upto, d),
-                0.125,
-                &mut lone,
-            );
+        let q = bf16_values(heads * len * d, 1.0, 1.0);
+        let dims = (heads, kv_heads, len, total, d);
+        let (block, lone) = block_and_lone(attention_bf16, &q, &host(&k), &host(&v), dims);
+        for (l, (_, lone)) in lone.iter().enumerate() {
             for h in 0..heads {
                 assert_eq!(
                     &block[(h * len + l) * d..(h * len + l + 1) * d],
@@ -1203,6 +1176,41 @@ mod tests {
                 );
             }
         }
+    }
+
+    type AttentionKernel =
+        fn(&[f32], &[f32], &[f32], (usize, usize, usize, usize, usize), f32, &mut [f32]);
+
+    /// `kernel` on a block of `len` queries (scale 0.125), and on each query
+    /// alone over the keys up to its own position: the block's output and,
+    /// per query, the lone query and its output (`[heads, d]` each).
+    fn block_and_lone(
+        kernel: AttentionKernel,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        (heads, kv_heads, len, total, d): (usize, usize, usize, usize, usize),
+    ) -> (Vec<f32>, Vec<(Vec<f32>, Vec<f32>)>) {
+        let mut block = vec![0f32; q.len()];
+        kernel(q, k, v, (heads, kv_heads, len, total, d), 0.125, &mut block);
+        let lone = (0..len)
+            .map(|l| {
+                let upto = total - len + l + 1;
+                let lone_q: Vec<f32> = (0..heads)
+                    .flat_map(|h| q[(h * len + l) * d..(h * len + l + 1) * d].to_vec())
+                    .collect();
+                let cut = |x: &[f32]| -> Vec<f32> {
+                    (0..kv_heads)
+                        .flat_map(|h| x[h * total * d..(h * total + upto) * d].to_vec())
+                        .collect()
+                };
+                let mut out = vec![0f32; heads * d];
+                let dims = (heads, kv_heads, 1, upto, d);
+                kernel(&lone_q, &cut(k), &cut(v), dims, 0.125, &mut out);
+                (lone_q, out)
+            })
+            .collect();
+        (block, lone)
     }
 
     #[test]
@@ -1324,35 +1332,10 @@ mod tests {
         let q = values(heads * len * d, 1.0);
         let k = values(kv_heads * total * d, 2.0);
         let v = values(kv_heads * total * d, 3.0);
-        let mut block = vec![0f32; q.len()];
-        attention(
-            &q,
-            &k,
-            &v,
-            (heads, kv_heads, len, total, d),
-            0.125,
-            &mut block,
-        );
-        for l in 0..len {
+        let (block, lone) = block_and_lone(attention, &q, &k, &v, (heads, kv_heads, len, total, d));
+        for (l, (lone_q, lone)) in lone.iter().enumerate() {
             // The query alone, with the keys up to its own position.
             let upto = total - len + l + 1;
-            let lone_q: Vec<f32> = (0..heads)
-                .flat_map(|h| q[(h * len + l) * d..(h * len + l + 1) * d].to_vec())
-                .collect();
-            let cut = |x: &[f32]| -> Vec<f32> {
-                (0..kv_heads)
-                    .flat_map(|h| x[h * total * d..(h * total + upto) * d].to_vec())
-                    .collect()
-            };
-            let mut lone = vec![0f32; heads * d];
-            attention(
-                &lone_q,
-                &cut(&k),
-                &cut(&v),
-                (heads, kv_heads, 1, upto, d),
-                0.125,
-                &mut lone,
-            );
             for h in 0..heads {
                 let row = &block[(h * len + l) * d..(h * len + l + 1) * d];
                 assert_eq!(row, &lone[h * d..(h + 1) * d], "query {l}, head {h}");
