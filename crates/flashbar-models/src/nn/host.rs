@@ -1180,6 +1180,8 @@ mod tests {
 
     type AttentionKernel =
         fn(&[f32], &[f32], &[f32], (usize, usize, usize, usize, usize), f32, &mut [f32]);
+    /// A query alone and its output.
+    type Lone = (Vec<f32>, Vec<f32>);
 
     /// `kernel` on a block of `len` queries (scale 0.125), and on each query
     /// alone over the keys up to its own position: the block's output and,
@@ -1190,7 +1192,7 @@ mod tests {
         k: &[f32],
         v: &[f32],
         (heads, kv_heads, len, total, d): (usize, usize, usize, usize, usize),
-    ) -> (Vec<f32>, Vec<(Vec<f32>, Vec<f32>)>) {
+    ) -> (Vec<f32>, Vec<Lone>) {
         let mut block = vec![0f32; q.len()];
         kernel(q, k, v, (heads, kv_heads, len, total, d), 0.125, &mut block);
         let lone = (0..len)
