@@ -517,6 +517,7 @@ unsafe fn strip_avx512<const R: usize, const B: usize, const ROUND: bool>(
 /// bits whichever runs (`FLASHBAR_HOST_SIMD=avx2|scalar` forces a narrower
 /// one, for the tests that compare them).
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 enum Simd {
     Scalar,
     Avx2,
@@ -561,6 +562,7 @@ fn columns_range(
 ) {
     let rows = x.len() / k;
     let width = c1 - c0;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut c = c0;
     #[cfg(target_arch = "x86_64")]
     {
