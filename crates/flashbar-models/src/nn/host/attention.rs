@@ -1,0 +1,161 @@
+//! Causal grouped-head attention per query, in f32 or as MLX's CPU
+//! fallback computes it for bf16 (with its rounding and its exp).
+
+use super::*;
+
+/// `x` rounded to bf16 (and widened back) as MLX rounds it: to nearest,
+/// ties to even, NaN kept a NaN.
+#[inline(always)]
+pub fn round_bf16(x: f32) -> f32 {
+    if x.is_nan() {
+        return f32::from_bits(0x7FC0_0000);
+    }
+    let u = x.to_bits();
+    f32::from_bits(u.wrapping_add(0x7FFF + ((u >> 16) & 1)) & 0xFFFF_0000)
+}
+
+/// MLX's CPU `exp` (its `simd::exp`, also what its softmax runs): 2^(x
+/// log2 e) as a power of two times a degree-6 polynomial of the fraction,
+/// with fused multiply-adds; 0 below -88 and infinity above 88. Not libm's
+/// exp: the two differ in the last bits.
+// The constants as MLX writes them (rounded to f32 alike), not `LOG2_E`.
+#[allow(clippy::approx_constant, clippy::excessive_precision)]
+#[inline]
+pub fn mlx_exp(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    if x > 88.0 {
+        return f32::INFINITY;
+    }
+    if x < -88.0 {
+        return 0.0;
+    }
+    let y = x * 1.442695f32;
+    let ipart = (y + 0.5).floor();
+    let fpart = y - ipart;
+    let mut p = 1.535336188319500e-4f32;
+    for c in [
+        1.339887440266574e-3f32,
+        9.618437357674640e-3,
+        5.550332471162809e-2,
+        2.402264791363012e-1,
+        6.931472028550421e-1,
+        1.0,
+    ] {
+        p = p.mul_add(fpart, c);
+    }
+    let two_to_i = f32::from_bits(((ipart as i32).wrapping_add(127) as u32).wrapping_shl(23));
+    two_to_i * p
+}
+
+/// Causal attention for bf16 inputs as MLX's CPU
+/// `scaled_dot_product_attention` computes it (docs/cpu.md, "Parity with
+/// mlx-lm"), per query: q times the scale (both bf16) rounded to bf16; each
+/// score an f32 [`sequential_dot`] rounded to bf16; a precise softmax (f32
+/// max, [`mlx_exp`], an f32 sum in position order, one reciprocal, each
+/// weight rounded to bf16); each output an f32 sum of weight times value in
+/// position order, rounded to bf16. Masked positions weigh exactly 0 there,
+/// so leaving them out changes no bit. Shapes as in [`attention`].
+pub fn attention_bf16(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (heads, kv_heads, len, total, d): (usize, usize, usize, usize, usize),
+    scale: f32,
+    out: &mut [f32],
+) {
+    let group = heads / kv_heads;
+    let scale = round_bf16(scale);
+    let one = |index: usize, out: &mut [f32]| {
+        let (h, l) = (index / len, index % len);
+        let kv = h / group;
+        let query: Vec<f32> = q[index * d..(index + 1) * d]
+            .iter()
+            .map(|x| round_bf16(x * scale))
+            .collect();
+        let visible = total - len + l + 1;
+        let keys = &k[kv * total * d..];
+        let values = &v[kv * total * d..];
+        let scores: Vec<f32> = (0..visible)
+            .map(|s| round_bf16(sequential_dot(&query, &keys[s * d..(s + 1) * d])))
+            .collect();
+        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for score in &scores {
+            sum += mlx_exp(score - max);
+        }
+        let inverse = 1.0 / sum;
+        out.fill(0.0);
+        for (s, score) in scores.iter().enumerate() {
+            let weight = round_bf16(mlx_exp(score - max) * inverse);
+            for (o, value) in out.iter_mut().zip(&values[s * d..(s + 1) * d]) {
+                *o += weight * value;
+            }
+        }
+        for o in out.iter_mut() {
+            *o = round_bf16(*o);
+        }
+    };
+    if heads * len * total * d < PARALLEL_FROM {
+        for (index, row) in out.chunks_exact_mut(d).enumerate() {
+            one(index, row);
+        }
+    } else {
+        out.par_chunks_exact_mut(d)
+            .enumerate()
+            .for_each(|(index, row)| one(index, row));
+    }
+}
+
+/// Causal attention of `q` `[heads, len, d]` over `k`, `v` `[kv_heads,
+/// total, d]` (the last `len` positions of `total` are the queries'),
+/// grouped heads (head h reads kv head h / (heads / kv_heads)).
+/// Per query: scores `scale * q.k` by [`dot`], softmax with the max
+/// subtracted, and the weighted sum of values in position order: what one
+/// query computes does not depend on how many came with it.
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (heads, kv_heads, len, total, d): (usize, usize, usize, usize, usize),
+    scale: f32,
+    out: &mut [f32],
+) {
+    let group = heads / kv_heads;
+    let one = |index: usize, out: &mut [f32]| {
+        let (h, l) = (index / len, index % len);
+        let kv = h / group;
+        let query = &q[index * d..(index + 1) * d];
+        let visible = total - len + l + 1;
+        let keys = &k[kv * total * d..];
+        let values = &v[kv * total * d..];
+        let mut scores: Vec<f32> = (0..visible)
+            .map(|s| dot(query, &keys[s * d..(s + 1) * d]) * scale)
+            .collect();
+        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for score in &mut scores {
+            *score = (*score - max).exp();
+            sum += *score;
+        }
+        out.fill(0.0);
+        for (s, weight) in scores.iter().enumerate() {
+            for (o, value) in out.iter_mut().zip(&values[s * d..(s + 1) * d]) {
+                *o += weight * value;
+            }
+        }
+        for o in out.iter_mut() {
+            *o /= sum;
+        }
+    };
+    if heads * len * total * d < PARALLEL_FROM {
+        for (index, row) in out.chunks_exact_mut(d).enumerate() {
+            one(index, row);
+        }
+    } else {
+        out.par_chunks_exact_mut(d)
+            .enumerate()
+            .for_each(|(index, row)| one(index, row));
+    }
+}

@@ -1,0 +1,285 @@
+//! CPU kernels in Rust over evaluated arrays, for the products a verify and
+//! a decode step must compute alike: every output row comes from the same
+//! fixed-order sums whatever the number of rows, so row i of a 16-token
+//! verify is bit for bit the 1-token step of that token (docs/cpu.md, "Row
+//! invariance"). BLAS does not promise that: OpenBLAS sums edge rows in
+//! another order, and MLX's CPU attention multiplies through it.
+//!
+//! - [`rows`]: row-major weights (f32 checkpoints), each output a dot of 16
+//!   lanes of separate multiplies and adds folded in a fixed tree (Rust
+//!   never fuses them), so the rounding is the same with SSE, AVX2 or NEON;
+//! - [`columns`]: bf16 weights in column panels, each output summed in k
+//!   order in either [`Arithmetic`] (docs/cpu.md, "Parity with mlx-lm");
+//! - [`attention`]: causal attention per query, f32 or MLX's bf16 fallback;
+//! - here: the weights as loaded ([`HostMatrix`]), the linear maps and
+//!   attention over MLX arrays, and the process's [`Arithmetic`].
+//!
+//! Rows are spread over threads, which never changes what any one row
+//! computes.
+
+use crate::error::Result;
+use half::bf16;
+use mlx_rs::ops::indexing::IndexOp;
+use mlx_rs::{Array, Dtype};
+use rayon::prelude::*;
+
+mod attention;
+mod columns;
+mod rows;
+#[cfg(test)]
+mod tests;
+
+pub use attention::*;
+pub use columns::*;
+pub use rows::*;
+
+/// Which arithmetic the host kernels use for bf16 checkpoints
+/// (docs/cpu.md, "Parity with mlx-lm"): f32 sums (the default: more
+/// precise, faster, and the arithmetic of MLX's GPU kernels, which the
+/// drafters are trained against), or MLX's CPU kernels bit for bit, whose
+/// quantized matmul rounds every product and partial sum to bf16 (what
+/// mlx-lm computes on a CPU; the parity tests use it). Both are
+/// row-invariant, so DFlash stays lossless in either.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arithmetic {
+    F32,
+    Mlx,
+}
+
+/// `mlx` selects [`Arithmetic::Mlx`] for the process; anything else, or
+/// nothing, [`Arithmetic::F32`].
+pub const ARITHMETIC_ENV: &str = "FLASHBAR_CPU_ARITHMETIC";
+
+/// 0: not read yet; 1: F32; 2: Mlx.
+static ARITHMETIC: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// The process's arithmetic: [`set_arithmetic`]'s, else [`ARITHMETIC_ENV`]'s.
+/// Read when weights load and when attention runs.
+pub fn arithmetic() -> Arithmetic {
+    use std::sync::atomic::Ordering;
+    match ARITHMETIC.load(Ordering::Relaxed) {
+        1 => Arithmetic::F32,
+        2 => Arithmetic::Mlx,
+        _ => {
+            let mode = if std::env::var(ARITHMETIC_ENV).as_deref() == Ok("mlx") {
+                Arithmetic::Mlx
+            } else {
+                Arithmetic::F32
+            };
+            set_arithmetic(mode);
+            mode
+        }
+    }
+}
+
+/// Sets the process's arithmetic (before loading a model).
+pub fn set_arithmetic(mode: Arithmetic) {
+    let code = match mode {
+        Arithmetic::F32 => 1,
+        Arithmetic::Mlx => 2,
+    };
+    ARITHMETIC.store(code, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// An array's values as f32, row-major (evaluated first).
+pub fn host_f32(array: &Array) -> Result<Vec<f32>> {
+    let array = array.as_dtype(Dtype::Float32)?.contiguous()?;
+    array.eval()?;
+    Ok(array.as_slice::<f32>().to_vec())
+}
+
+/// A linear map's weights as the host kernels hold them: evaluated,
+/// contiguous, and laid out for the sums they take.
+#[derive(Clone)]
+pub struct HostMatrix {
+    pub weight: Array,
+    pub layout: Layout,
+    /// Outputs (n) and inputs (k) of the map.
+    pub n: usize,
+    pub k: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// `[n, k]` f32 or bf16, by [`matmul_nt`] (f32 checkpoints).
+    Rows,
+    /// bf16 panels ([`to_panels`]), by [`matmul_columns`]: bf16
+    /// checkpoints, whose bf16 inputs it multiplies exactly as MLX's CPU
+    /// kernels do. Inputs of another type take [`ColumnSum::F32`].
+    Columns(ColumnSum),
+}
+
+impl HostMatrix {
+    /// `values` `[n, k]` stored f32 by rows.
+    pub fn rows(values: &Array) -> Result<Self> {
+        let weight = values.as_dtype(Dtype::Float32)?.contiguous()?;
+        weight.eval()?;
+        Ok(HostMatrix {
+            n: weight.shape()[0] as usize,
+            k: weight.shape()[1] as usize,
+            weight,
+            layout: Layout::Rows,
+        })
+    }
+
+    /// `values` `[n, k]` (bf16 values) stored as bf16 panels, summed as `sum` says.
+    pub fn columns(values: &Array, sum: ColumnSum) -> Result<Self> {
+        Ok(HostMatrix {
+            n: values.shape()[0] as usize,
+            k: values.shape()[1] as usize,
+            weight: to_panels(values)?,
+            layout: Layout::Columns(sum),
+        })
+    }
+
+    /// The `[n, k]` values.
+    pub fn values(&self) -> Result<Array> {
+        match self.layout {
+            Layout::Rows => Ok(self.weight.clone()),
+            Layout::Columns(_) => from_panels(&self.weight, self.n as i32),
+        }
+    }
+
+    /// Maps of the same input stacked into one (outputs in order), or None
+    /// when they are not summed alike.
+    pub fn stack(parts: &[&HostMatrix]) -> Result<Option<Self>> {
+        let layout = parts[0].layout;
+        if parts
+            .iter()
+            .any(|p| p.layout != layout || p.k != parts[0].k)
+        {
+            return Ok(None);
+        }
+        let values = parts
+            .iter()
+            .map(|p| p.values())
+            .collect::<Result<Vec<_>>>()?;
+        let stacked = mlx_rs::ops::concatenate(&values, 0)?;
+        Ok(Some(match layout {
+            Layout::Rows => HostMatrix::rows(&stacked)?,
+            Layout::Columns(sum) => HostMatrix::columns(&stacked, sum)?,
+        }))
+    }
+
+    /// Input width k and output width n.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.k, self.n)
+    }
+
+    /// Rows `ids` of the `[n, k]` values, f32, `[ids.len(), k]`.
+    pub fn gather_rows(&self, ids: &[i32]) -> Result<Vec<f32>> {
+        if let Some(bad) = ids.iter().find(|&&id| id < 0 || id as usize >= self.n) {
+            return Err(mlx_rs::error::Exception::custom(format!(
+                "token id {bad} out of range (vocabulary {})",
+                self.n
+            ))
+            .into());
+        }
+        Ok(match (self.layout, self.weight.dtype()) {
+            (Layout::Columns(_), _) => panel_rows(self.weight.as_slice::<bf16>(), self.k, ids),
+            (Layout::Rows, Dtype::Bfloat16) => {
+                let w = self.weight.as_slice::<bf16>();
+                ids.iter()
+                    .flat_map(|&id| {
+                        w[id as usize * self.k..][..self.k]
+                            .iter()
+                            .map(|v| v.widen())
+                    })
+                    .collect()
+            }
+            (Layout::Rows, _) => {
+                let w = self.weight.as_slice::<f32>();
+                ids.iter()
+                    .flat_map(|&id| w[id as usize * self.k..][..self.k].iter().copied())
+                    .collect()
+            }
+        })
+    }
+
+    /// `x W^T` for `xs` `[rows, k]` whose values are of type `dtype`.
+    fn product(&self, xs: &[f32], dtype: Dtype) -> Vec<f32> {
+        let (k, n) = self.dims();
+        let mut out = vec![0f32; xs.len() / k * n];
+        match (self.layout, self.weight.dtype()) {
+            (Layout::Rows, Dtype::Bfloat16) => {
+                matmul_nt(xs, self.weight.as_slice::<bf16>(), k, &mut out)
+            }
+            (Layout::Rows, _) => matmul_nt(xs, self.weight.as_slice::<f32>(), k, &mut out),
+            (Layout::Columns(sum), _) => {
+                let sum = if dtype == Dtype::Bfloat16 {
+                    sum
+                } else {
+                    ColumnSum::F32
+                };
+                matmul_columns(xs, self.weight.as_slice::<bf16>(), k, n, sum, &mut out)
+            }
+        }
+        out
+    }
+}
+
+/// `x W^T` for `x` `[..., k]`, in `x`'s dtype.
+pub fn linear(x: &Array, weight: &HostMatrix) -> Result<Array> {
+    let shape = x.shape().to_vec();
+    let (_, cols) = weight.dims();
+    let xs = host_f32(x)?;
+    let out = weight.product(&xs, x.dtype());
+    let mut out_shape = shape;
+    *out_shape.last_mut().unwrap() = cols as i32;
+    Ok(Array::from_slice(&out, &out_shape).as_dtype(x.dtype())?)
+}
+
+/// `x W^T` for the stacked weights of several maps of the same `x`
+/// (`cols`: each map's width, in order), one array per map, in `x`'s dtype:
+/// one host product, one read of `x`, instead of one each. Each output is
+/// the same sum as the map's own product gives, so the values are bit
+/// for bit those of the maps one by one.
+pub fn linear_split(x: &Array, weight: &HostMatrix, cols: &[i32]) -> Result<Vec<Array>> {
+    let shape = x.shape().to_vec();
+    let (_, all) = weight.dims();
+    let xs = host_f32(x)?;
+    let out = weight.product(&xs, x.dtype());
+    let mut first = 0usize;
+    cols.iter()
+        .map(|&n| {
+            let n = n as usize;
+            let part: Vec<f32> = out
+                .chunks_exact(all)
+                .flat_map(|row| &row[first..first + n])
+                .copied()
+                .collect();
+            first += n;
+            let mut part_shape = shape.clone();
+            *part_shape.last_mut().unwrap() = n as i32;
+            Ok(Array::from_slice(&part, &part_shape).as_dtype(x.dtype())?)
+        })
+        .collect()
+}
+
+/// [`attention`] (f32) or, for bf16 inputs in [`Arithmetic::Mlx`],
+/// [`attention_bf16`] for MLX arrays: `q` `[1, heads, len, d]`, `k`, `v`
+/// `[1, kv_heads, total, d]`; returns `[1, heads, len, d]` in `q`'s dtype.
+pub fn causal_attention(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    scale: f32,
+    arithmetic: Arithmetic,
+) -> Result<Array> {
+    let (qs, ks) = (q.shape(), k.shape());
+    let dims = (
+        qs[1] as usize,
+        ks[1] as usize,
+        qs[2] as usize,
+        ks[2] as usize,
+        qs[3] as usize,
+    );
+    let (qh, kh, vh) = (host_f32(q)?, host_f32(k)?, host_f32(v)?);
+    let mut out = vec![0f32; qh.len()];
+    if arithmetic == Arithmetic::Mlx && [q, k, v].iter().all(|a| a.dtype() == Dtype::Bfloat16) {
+        attention_bf16(&qh, &kh, &vh, dims, scale, &mut out);
+    } else {
+        attention(&qh, &kh, &vh, dims, scale, &mut out);
+    }
+    Ok(Array::from_slice(&out, qs).as_dtype(q.dtype())?)
+}

@@ -1,0 +1,361 @@
+//! Unit tests of the host kernels, against MLX itself where MLX is the
+//! reference and against scalar references for the vector kernels.
+
+use super::*;
+
+fn values(n: usize, salt: f32) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i as f32 + salt) * 0.618_034).sin() * 1.3)
+        .collect()
+}
+
+/// bf16 values (as f32) of a deterministic, sign-mixed sequence, some
+/// of them products that land exactly on bf16 ties.
+fn bf16_values(n: usize, salt: f32, scale: f32) -> Vec<f32> {
+    values(n, salt)
+        .into_iter()
+        .map(|v| bf16::from_f32(v * scale).to_f32())
+        .collect()
+}
+
+fn cpu() {
+    mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+}
+
+fn host(a: &Array) -> Vec<f32> {
+    host_f32(a).unwrap()
+}
+
+/// Every vector kernel, at every blocking and tail, gives its scalar
+/// reference's bits: AVX-512, AVX2 and scalar machines agree.
+#[test]
+fn column_kernels_equal_their_scalar_reference() {
+    cpu();
+    for (n, k) in [(16, 64), (100, 37), (4096, 24), (72, 384)] {
+        let w = Array::from_slice(&bf16_values(n * k, 1.0, 0.7), &[n as i32, k as i32]);
+        let panels = to_panels(&w).unwrap();
+        let panels = panels.as_slice::<bf16>();
+        for rows in [1, 3, 4, 6, 16] {
+            let x = bf16_values(rows * k, 2.0, 1.9);
+            for sum in [ColumnSum::Bf16, ColumnSum::F32] {
+                let want: Vec<f32> = (0..rows)
+                    .flat_map(|m| {
+                        let row = &x[m * k..(m + 1) * k];
+                        (0..n).map(move |c| column_scalar(row, panels, c, sum))
+                    })
+                    .collect();
+                for kernels in [Simd::Scalar, Simd::Avx2, Simd::Avx512] {
+                    #[cfg(target_arch = "x86_64")]
+                    if (kernels == Simd::Avx2 && !std::is_x86_feature_detected!("avx2"))
+                        || (kernels == Simd::Avx512 && !std::is_x86_feature_detected!("avx512f"))
+                    {
+                        continue;
+                    }
+                    let mut out = vec![0f32; rows * n];
+                    columns_range(&x, k, panels, (0, n), sum, &mut out, kernels);
+                    let same = out
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{n}x{k}, {rows} rows, {sum:?}");
+                }
+                let mut out = vec![0f32; rows * n];
+                matmul_columns(&x, panels, k, n, sum, &mut out);
+                assert_eq!(out, want, "{n}x{k}, {rows} rows, {sum:?}, threaded");
+            }
+        }
+    }
+}
+
+/// The two column sums are MLX's CPU kernels for bf16 inputs: its
+/// quantized matmul (bf16 scales) and its bf16 gemm, bit for bit.
+#[test]
+fn column_sums_are_mlx_cpu_kernels_for_bf16() {
+    cpu();
+    let (n, k, rows) = (200, 256, 5);
+    let w = Array::from_slice(&values(n * k, 3.0), &[n as i32, k as i32])
+        .as_dtype(Dtype::Bfloat16)
+        .unwrap();
+    let x = Array::from_slice(&bf16_values(rows * k, 4.0, 2.0), &[rows as i32, k as i32])
+        .as_dtype(Dtype::Bfloat16)
+        .unwrap();
+    let (packed, scales, biases) = mlx_rs::ops::quantize(&w, 64, 8).unwrap();
+    assert_eq!(scales.dtype(), Dtype::Bfloat16);
+    let dequantized = mlx_rs::ops::dequantize(&packed, &scales, &biases, 64, 8).unwrap();
+    let mlx = mlx_rs::ops::quantized_matmul(&x, &packed, &scales, &biases, true, 64, 8).unwrap();
+    let ours = linear(
+        &x,
+        &HostMatrix::columns(&dequantized, ColumnSum::Bf16).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(host(&ours), host(&mlx), "quantized matmul");
+    // An f32 sum of the same values is not it: the test tells them apart.
+    let f32_sum = linear(&x, &HostMatrix::rows(&dequantized).unwrap()).unwrap();
+    assert_ne!(host(&f32_sum), host(&mlx));
+
+    let mlx = mlx_rs::ops::matmul(&x, w.t()).unwrap();
+    let ours = linear(&x, &HostMatrix::columns(&w, ColumnSum::F32).unwrap()).unwrap();
+    assert_eq!(host(&ours), host(&mlx), "bf16 gemm");
+}
+
+/// [`round_bf16`] is MLX's f32 -> bf16 cast, ties included; [`mlx_exp`]
+/// is MLX's CPU exp, bit for bit.
+#[test]
+fn rounding_and_exp_are_mlx_s() {
+    cpu();
+    let mut xs: Vec<f32> = values(5000, 0.3).iter().map(|v| v * 40.0).collect();
+    // Exact ties (low 16 bits 0x8000) with even and odd kept bits.
+    xs.extend([0x3F80_8000u32, 0x3F81_8000, 0xBF80_8000, 0x4000_7FFF].map(f32::from_bits));
+    xs.extend([-100.0, -88.5, -87.9, 0.0, 1e-30, 87.9, 89.0]);
+    let a = Array::from_slice(&xs, &[xs.len() as i32]);
+    let cast = host(&a.as_dtype(Dtype::Bfloat16).unwrap());
+    let ours: Vec<f32> = xs.iter().map(|&x| round_bf16(x)).collect();
+    assert_eq!(ours, cast);
+    let exp = host(&mlx_rs::ops::exp(&a).unwrap());
+    let ours: Vec<f32> = xs.iter().map(|&x| mlx_exp(x)).collect();
+    let same = ours
+        .iter()
+        .zip(&exp)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(same, "exp differs");
+}
+
+/// bf16 attention is MLX's CPU scaled_dot_product_attention (its
+/// fallback of bf16 ops) bit for bit, a query alone (no mask) and a
+/// block (causal mask), and each query of the block is the lone query.
+#[test]
+fn bf16_attention_is_mlx_s_and_row_invariant() {
+    use mlx_rs::fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask};
+    cpu();
+    let (heads, kv_heads, d, total) = (6, 2, 64, 40);
+    let bf = |v: Vec<f32>, shape: &[i32]| {
+        Array::from_slice(&v, shape)
+            .as_dtype(Dtype::Bfloat16)
+            .unwrap()
+    };
+    let k = bf(
+        values(kv_heads * total * d, 2.0),
+        &[1, kv_heads as i32, total as i32, d as i32],
+    );
+    let v = bf(
+        values(kv_heads * total * d, 3.0),
+        &[1, kv_heads as i32, total as i32, d as i32],
+    );
+    for (len, scale) in [(1, 0.125), (16, 0.125), (16, 0.088_388_35)] {
+        let q = bf(
+            values(heads * len * d, 1.0)
+                .iter()
+                .map(|x| x * 3.0)
+                .collect(),
+            &[1, heads as i32, len as i32, d as i32],
+        );
+        let mask = (len > 1).then_some(ScaledDotProductAttentionMask::Causal);
+        let mlx = scaled_dot_product_attention(&q, &k, &v, scale, mask, None).unwrap();
+        let ours = causal_attention(&q, &k, &v, scale, Arithmetic::Mlx).unwrap();
+        assert_eq!(ours.dtype(), Dtype::Bfloat16);
+        assert_eq!(host(&ours), host(&mlx), "{len} queries, scale {scale}");
+    }
+    // Row invariance: each query of a block is the query alone.
+    let len = 16;
+    let q = bf16_values(heads * len * d, 1.0, 1.0);
+    let dims = (heads, kv_heads, len, total, d);
+    let (block, lone) = block_and_lone(attention_bf16, &q, &host(&k), &host(&v), dims);
+    for (l, (_, lone)) in lone.iter().enumerate() {
+        for h in 0..heads {
+            assert_eq!(
+                &block[(h * len + l) * d..(h * len + l + 1) * d],
+                &lone[h * d..(h + 1) * d]
+            );
+        }
+    }
+}
+
+type AttentionKernel =
+    fn(&[f32], &[f32], &[f32], (usize, usize, usize, usize, usize), f32, &mut [f32]);
+/// A query alone and its output.
+type Lone = (Vec<f32>, Vec<f32>);
+
+/// `kernel` on a block of `len` queries (scale 0.125), and on each query
+/// alone over the keys up to its own position: the block's output and,
+/// per query, the lone query and its output (`[heads, d]` each).
+fn block_and_lone(
+    kernel: AttentionKernel,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (heads, kv_heads, len, total, d): (usize, usize, usize, usize, usize),
+) -> (Vec<f32>, Vec<Lone>) {
+    let mut block = vec![0f32; q.len()];
+    kernel(q, k, v, (heads, kv_heads, len, total, d), 0.125, &mut block);
+    let lone = (0..len)
+        .map(|l| {
+            let upto = total - len + l + 1;
+            let lone_q: Vec<f32> = (0..heads)
+                .flat_map(|h| q[(h * len + l) * d..(h * len + l + 1) * d].to_vec())
+                .collect();
+            let cut = |x: &[f32]| -> Vec<f32> {
+                (0..kv_heads)
+                    .flat_map(|h| x[h * total * d..(h * total + upto) * d].to_vec())
+                    .collect()
+            };
+            let mut out = vec![0f32; heads * d];
+            let dims = (heads, kv_heads, 1, upto, d);
+            kernel(&lone_q, &cut(k), &cut(v), dims, 0.125, &mut out);
+            (lone_q, out)
+        })
+        .collect();
+    (block, lone)
+}
+
+#[test]
+fn the_dot_is_the_same_with_and_without_wide_registers() {
+    for len in [1, 15, 16, 17, 64, 384, 1000] {
+        let (a, b) = (values(len, 0.5), values(len, 7.0));
+        assert_eq!(dot(&a, &b).to_bits(), dot_lanes(&a, &b).to_bits(), "{len}");
+        let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+        assert!(
+            (dot(&a, &b) as f64 - exact).abs() < 1e-4 * len as f64,
+            "{len}"
+        );
+    }
+}
+
+#[test]
+fn rows_dotted_together_are_each_rows_own_dot() {
+    for len in [1, 15, 16, 17, 64, 384, 1000] {
+        let w = values(len, 0.25);
+        let xs: Vec<Vec<f32>> = (0..4).map(|r| values(len, 3.0 + r as f32)).collect();
+        let together = dot4([&xs[0][..], &xs[1], &xs[2], &xs[3]], &w);
+        for r in 0..4 {
+            assert_eq!(
+                together[r].to_bits(),
+                dot(&xs[r], &w).to_bits(),
+                "{len}, row {r}"
+            );
+            assert_eq!(
+                together[r].to_bits(),
+                dot_lanes(&xs[r], &w).to_bits(),
+                "{len}, row {r}"
+            );
+        }
+    }
+}
+
+/// Weights stored as bf16 give bit for bit the product of the same
+/// values stored as f32, one row or four at a time.
+#[test]
+fn bf16_stored_weights_give_the_f32_product() {
+    for (cols, k) in [(8, 384), (96, 1000), (33, 17)] {
+        let w16: Vec<bf16> = values(cols * k, 5.0)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        let w32: Vec<f32> = w16.iter().map(|v| v.to_f32()).collect();
+        let x = values(6 * k, 2.0);
+        let (mut a, mut b) = (vec![0f32; 6 * cols], vec![0f32; 6 * cols]);
+        matmul_nt(&x, &w16, k, &mut a);
+        matmul_nt(&x, &w32, k, &mut b);
+        assert_eq!(a, b, "{cols}x{k}");
+    }
+}
+
+/// Maps stacked into one product give each map's own product, bit for
+/// bit, in the input's shape and dtype.
+#[test]
+fn stacked_maps_give_each_maps_own_product() {
+    mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+    let k = 384;
+    let cols = [96, 8, 200];
+    let parts: Vec<Array> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| Array::from_slice(&values(n * k, i as f32), &[n as i32, k as i32]))
+        .collect();
+    let stacked = mlx_rs::ops::concatenate(&parts, 0).unwrap();
+    stacked.eval().unwrap();
+    let rows = |weight: &Array| HostMatrix::rows(weight).unwrap();
+    let x = Array::from_slice(&values(5 * k, 9.0), &[1, 5, k as i32])
+        .as_dtype(Dtype::Bfloat16)
+        .unwrap();
+    let cols = cols.map(|n| n as i32);
+    let split = linear_split(&x, &rows(&stacked), &cols).unwrap();
+    assert_eq!(split.len(), 3);
+    for (part, (weight, n)) in split.iter().zip(parts.iter().zip(cols)) {
+        weight.eval().unwrap();
+        let own = linear(&x, &rows(weight)).unwrap();
+        assert_eq!(part.shape(), &[1, 5, n]);
+        assert_eq!(part.dtype(), Dtype::Bfloat16);
+        assert_eq!(host_f32(part).unwrap(), host_f32(&own).unwrap());
+    }
+}
+
+/// Row i of an M-row product is bit for bit the 1-row product of row
+/// i, for every M up to a verify block and a prefill chunk, on one
+/// thread and on many.
+#[test]
+fn matmul_rows_do_not_depend_on_how_many_there_are() {
+    for (cols, k) in [(8, 384), (1152, 384), (384, 1152), (3000, 64)] {
+        let w = values(cols * k, 3.0);
+        let x = values(80 * k, 11.0);
+        let single = |m: usize| {
+            let mut out = vec![0f32; cols];
+            matmul_nt(&x[m * k..(m + 1) * k], &w, k, &mut out);
+            out
+        };
+        let singles: Vec<Vec<f32>> = (0..80).map(single).collect();
+        for rows in [2, 3, 5, 16, 80] {
+            let mut out = vec![0f32; rows * cols];
+            matmul_nt(&x[..rows * k], &w, k, &mut out);
+            for m in 0..rows {
+                assert_eq!(
+                    out[m * cols..(m + 1) * cols],
+                    singles[m][..],
+                    "{cols}x{k}, {rows} rows, row {m}"
+                );
+            }
+        }
+    }
+}
+
+/// A query's output is the same attending alone (a decode step) or
+/// with the rest of its block (a verify), and matches the textbook
+/// softmax within f32 rounding.
+#[test]
+fn attention_rows_do_not_depend_on_the_block() {
+    let (heads, kv_heads, d, total, len) = (6, 2, 64, 40, 16);
+    let q = values(heads * len * d, 1.0);
+    let k = values(kv_heads * total * d, 2.0);
+    let v = values(kv_heads * total * d, 3.0);
+    let (block, lone) = block_and_lone(attention, &q, &k, &v, (heads, kv_heads, len, total, d));
+    for (l, (lone_q, lone)) in lone.iter().enumerate() {
+        // The query alone, with the keys up to its own position.
+        let upto = total - len + l + 1;
+        for h in 0..heads {
+            let row = &block[(h * len + l) * d..(h * len + l + 1) * d];
+            assert_eq!(row, &lone[h * d..(h + 1) * d], "query {l}, head {h}");
+            // Textbook softmax in f64.
+            let kv = h / (heads / kv_heads);
+            let qr = &lone_q[h * d..(h + 1) * d];
+            let scores: Vec<f64> = (0..upto)
+                .map(|s| {
+                    let key = &k[(kv * total + s) * d..(kv * total + s + 1) * d];
+                    qr.iter()
+                        .zip(key)
+                        .map(|(a, b)| *a as f64 * *b as f64)
+                        .sum::<f64>()
+                        * 0.125
+                })
+                .collect();
+            let max = scores.iter().cloned().fold(f64::MIN, f64::max);
+            let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let total_e: f64 = e.iter().sum();
+            for j in 0..d {
+                let want: f64 = (0..upto)
+                    .map(|s| e[s] * v[(kv * total + s) * d + j] as f64)
+                    .sum::<f64>()
+                    / total_e;
+                assert!((row[j] as f64 - want).abs() < 1e-5, "{} vs {want}", row[j]);
+            }
+        }
+    }
+}
