@@ -97,15 +97,7 @@ pub fn attention_bf16(
             *o = round_bf16(*o);
         }
     };
-    if heads * len * total * d < PARALLEL_FROM {
-        for (index, row) in out.chunks_exact_mut(d).enumerate() {
-            one(index, row);
-        }
-    } else {
-        out.par_chunks_exact_mut(d)
-            .enumerate()
-            .for_each(|(index, row)| one(index, row));
-    }
+    each_query(out, d, heads * len * total * d, one);
 }
 
 /// Causal attention of `q` `[heads, len, d]` over `k`, `v` `[kv_heads,
@@ -149,7 +141,14 @@ pub fn attention(
             *o /= sum;
         }
     };
-    if heads * len * total * d < PARALLEL_FROM {
+    each_query(out, d, heads * len * total * d, one);
+}
+
+/// `one(index, row)` for each `d`-wide output row: on this thread when the
+/// work (multiply-adds) is small, spread over threads otherwise; a row
+/// computes the same either way.
+fn each_query(out: &mut [f32], d: usize, work: usize, one: impl Fn(usize, &mut [f32]) + Sync) {
+    if work < PARALLEL_FROM {
         for (index, row) in out.chunks_exact_mut(d).enumerate() {
             one(index, row);
         }
