@@ -183,7 +183,7 @@ impl<A: KernelApi> Kernel<A> {
     ) -> Result<Self, Exception> {
         let name = body.name;
         let full_name = c_string(&body.full_name())?;
-        let source = c_string(body.source)?;
+        let source = body.compact_source();
         let header = c_string("")?;
         let input_names = StringVector::new(input_names)?;
         let output_names = StringVector::new(output_names)?;

@@ -9,7 +9,10 @@
 
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype, Stream};
-use std::ffi::c_int;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_int, CStr, CString};
+use std::sync::OnceLock;
 
 mod ffi;
 #[cfg(not(target_os = "macos"))]
@@ -27,6 +30,8 @@ pub(crate) struct Body {
     pub name: &'static str,
     pub source: &'static str,
     hash: u64,
+    /// The source as MLX gets it (comments and indentation dropped), made once.
+    compact: OnceLock<CString>,
 }
 
 impl Body {
@@ -35,7 +40,18 @@ impl Body {
             name,
             source,
             hash: fnv1a(source),
+            compact: OnceLock::new(),
         }
+    }
+
+    /// The source without comments, indentation or blank lines. MLX copies,
+    /// scans and hashes a custom kernel's whole source on every call (to
+    /// build it and to find its compiled module), so a decode step's few
+    /// hundred calls pay for every byte (docs/gpu.md, "The cost of a call").
+    pub(crate) fn compact_source(&self) -> &CStr {
+        self.compact.get_or_init(|| {
+            CString::new(compact(self.source)).expect("kernel sources hold no NUL byte")
+        })
     }
 
     /// MLX's name for the kernel, with a hash of its source: MLX caches
@@ -45,6 +61,25 @@ impl Body {
     pub(crate) fn full_name(&self) -> String {
         format!("flashbar_{}_{:016x}", self.name, self.hash)
     }
+}
+
+/// `source` with `//` comments (outside string literals), leading and
+/// trailing blanks and empty lines removed; line breaks kept, so
+/// preprocessor lines stay lines.
+fn compact(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    for line in source.lines() {
+        let code = match line.find("//") {
+            Some(at) if line[..at].matches('"').count() % 2 == 0 => &line[..at],
+            _ => line,
+        };
+        let code = code.trim();
+        if !code.is_empty() {
+            out.push_str(code);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// FNV-1a, 64 bits, at compile time.
@@ -82,15 +117,41 @@ pub(crate) fn launch(spec: &Launch) -> Result<Vec<Array>, Exception> {
             spec.body.name
         )));
     }
-    launch_on::<Active>(spec, &stream)
+    // One kernel object per body and argument names, made on first use:
+    // making one scans the whole source for each argument's name.
+    thread_local! {
+        static KERNELS: RefCell<HashMap<(usize, String), Kernel<Active>>> =
+            RefCell::new(HashMap::new());
+    }
+    let key = (
+        spec.body as *const Body as usize,
+        format!("{:?}{:?}", spec.input_names, spec.output_names),
+    );
+    KERNELS.with(|kernels| {
+        let mut kernels = kernels.borrow_mut();
+        if !kernels.contains_key(&key) {
+            let kernel = Kernel::<Active>::new(spec.body, spec.input_names, spec.output_names)?;
+            kernels.insert(key.clone(), kernel);
+        }
+        launch_with(&kernels[&key], spec, &stream)
+    })
 }
 
+#[cfg(test)]
 pub(crate) fn launch_on<A: KernelApi>(
     spec: &Launch,
     stream: &Stream,
 ) -> Result<Vec<Array>, Exception> {
-    let what = |step: &str| format!("{} kernel {}: {step}", A::NAME, spec.body.name);
     let kernel = Kernel::<A>::new(spec.body, spec.input_names, spec.output_names)?;
+    launch_with(&kernel, spec, stream)
+}
+
+fn launch_with<A: KernelApi>(
+    kernel: &Kernel<A>,
+    spec: &Launch,
+    stream: &Stream,
+) -> Result<Vec<Array>, Exception> {
+    let what = |step: &str| format!("{} kernel {}: {step}", A::NAME, spec.body.name);
     let config = Config::<A>::new().ok_or_else(|| Exception::custom(what("no config")))?;
     let check = |status: c_int, step: &str| {
         if status == 0 {
@@ -210,5 +271,27 @@ mod tests {
         assert_eq!(mlx_dtype(Dtype::Float16), mlx_sys::mlx_dtype__MLX_FLOAT16);
         assert_eq!(mlx_dtype(Dtype::Float32), mlx_sys::mlx_dtype__MLX_FLOAT32);
         assert_eq!(mlx_dtype(Dtype::Uint32), mlx_sys::mlx_dtype__MLX_UINT32);
+    }
+
+    #[test]
+    fn a_compact_source_keeps_the_code_and_drops_the_comments() {
+        let source = "// heading\n\n  #if A == 1  // why\n  asm(\"a // b\");\n#endif\n";
+        assert_eq!(compact(source), "#if A == 1\nasm(\"a // b\");\n#endif\n");
+        let qmm = include_str!("../../../../kernels/cuda/qmm.cu");
+        let small = compact(qmm);
+        assert!(
+            small.len() * 10 < qmm.len() * 7,
+            "{} of {} bytes",
+            small.len(),
+            qmm.len()
+        );
+        assert!(small.lines().all(|l| !l.starts_with("//") && l == l.trim()));
+        // Every statement survives: the same count of `;` outside comments.
+        let code = |s: &str| -> usize {
+            s.lines()
+                .map(|l| l.split("//").next().unwrap_or("").matches(';').count())
+                .sum()
+        };
+        assert_eq!(code(qmm), code(&small));
     }
 }
