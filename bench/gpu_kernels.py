@@ -63,10 +63,9 @@ def launch_qmm(n: int, k: int, bits: int):
     """(NT, WARPS) from the weight's shape only; the same rule as the Rust
     `row_invariant::qmm_launch`."""
     chunks = -(-k // (4 * (128 // bits)))
-    tiles = 4 if n >= 512 else 2 if n >= 64 else 1
-    blocks = -(-n // (8 * tiles))
-    wanted = 8 if blocks < 32 else 2 if blocks >= 256 and bits == 4 else 4
-    return tiles, max(1, min(wanted, chunks // 2))
+    if n >= 65_536:
+        return 4, max(1, min(2 if bits == 4 else 4, chunks // 2))
+    return (4 if n >= 512 else 2 if n >= 64 else 1), max(1, min(8, chunks))
 
 
 def qmm(x, w, scales, biases, bits, gs, tiles=None, warps=None):

@@ -5,9 +5,12 @@ of `kernels/cuda/qmm.cu` timed against MLX's `quantized_matmul` at the
 
     python3 bench/qmm_tune.py [--old FILE] [--json OUT]
 
-`--old` times another body beside it, an earlier qmm.cu with the launch
-rule of its time (NT = 2 from 2,048 columns, warps = chunks / 2 up to 8),
-e.g. `git show 69b9f84:kernels/cuda/qmm.cu > /tmp/qmm_old.cu`.
+`--old` times another body beside it at the rule's launch and says whether
+its products equal this body's bit for bit (a change meant to keep every
+sum, e.g. `git show HEAD:kernels/cuda/qmm.cu > /tmp/qmm_old.cu`).
+`--dependent` also times every launch in a chain of dependent calls (each
+waits for the one before, as a model's layers do): the launch that wins
+there is the one a decode step wants.
 Measured chained, as `bench/gpu_kernels.py` does: 64 calls in one evaluation
 over 8 weight copies (2 for the lm_heads), so neither the ~60 us of one
 evaluation nor the 50 MB L2 is counted. One JSON line per shape and M,
@@ -32,14 +35,15 @@ from gpu_kernels import launch_qmm
 
 ROOT = Path(__file__).resolve().parent.parent
 START = time.perf_counter()
-LAUNCHES = [(nt, w) for nt in (1, 2, 4) for w in (1, 2, 4, 8)]
+LAUNCHES = [(nt, w) for nt in (1, 2, 4) for w in (1, 2, 4, 8, 16) if w <= (16 if nt == 1 else 8)]
 
 # (model, layer, in, out)
 SHAPES = [
-    ("9B", "attn q_proj", 4096, 8192), ("9B", "attn kv_proj", 4096, 1024), ("9B", "o_proj / gdn z / out", 4096, 4096),
+    ("9B", "attn q_proj / gdn qkv", 4096, 8192), ("9B", "attn kv_proj", 4096, 1024), ("9B", "o_proj / gdn z / out", 4096, 4096),
     ("9B", "mlp gate/up", 4096, 12288), ("9B", "mlp down", 12288, 4096), ("9B", "lm_head", 4096, 248320),
     ("35B-A3B", "attn q_proj", 2048, 8192), ("35B-A3B", "attn o_proj", 4096, 2048),
     ("35B-A3B", "expert gate/up", 2048, 512), ("35B-A3B", "lm_head", 2048, 248320),
+    ("9B", "gdn b / a", 4096, 32),
 ]
 
 
@@ -67,11 +71,6 @@ def qmm(source, name, x, w, scales, biases, bits, nt, warps):
     return body_kernel(name, source)(inputs=[x, w, scales, biases], template=template,
                                      grid=(blocks * 32 * warps, 1, 1), threadgroup=(32 * warps, 1, 1),
                                      output_shapes=[(m, n)], output_dtypes=[x.dtype])[0]
-
-
-def old_launch(n, k, bits):
-    chunks = -(-k // (4 * (128 // bits)))
-    return (2 if n >= 2048 else 1), max(1, min(8, chunks // 2))
 
 
 def chained(make, reps=5, calls=64):
@@ -114,6 +113,7 @@ def main():
     parser.add_argument("--json", help="write every row here too")
     parser.add_argument("--bits", type=int, default=4)
     parser.add_argument("--shapes", type=int, default=len(SHAPES), help="the first N shapes only")
+    parser.add_argument("--only", type=int, nargs="*", help="these shape indices only")
     parser.add_argument("--dependent", action="store_true",
                         help="also time chains of dependent calls (latency, as in a decode step)")
     args = parser.parse_args()
@@ -138,7 +138,11 @@ def main():
     t_empty = chained(lambda: [qmm(empty, "tune_qmm_empty", x1 + i, wq, sc, bi, bits, 1, 1) for i in range(64)])
     rows.append(out(what="floor of one call, chained (us)", mlx_qmm_64x64=round((t_mlx - t_add) * 1e6, 2),
                     our_body_returning_at_once=round((t_empty - t_add) * 1e6, 2), one_add=round(t_add * 1e6, 2)))
-    for seed, (model, layer, k, n) in enumerate(SHAPES[:args.shapes]):
+    for seed, (model, layer, k, n) in enumerate(SHAPES):
+        if (seed not in args.only) if args.only else seed >= args.shapes:
+            continue
+        chunks = -(-k // (4 * (128 // bits)))
+        launches = [(nt, w) for nt, w in LAUNCHES if w <= max(1, chunks)]
         copies = []
         for c in range(2 if n > 100_000 else 8):
             w = (mx.random.normal((n, k), key=mx.random.key(100 * seed + c)) * 0.02).astype(mx.bfloat16)
@@ -151,16 +155,22 @@ def main():
         scale = float(mx.abs(ref).max().item())
         exact = {}
         worst_rel = 0.0
-        for nt, warps in LAUNCHES:
+        for nt, warps in launches:
             # M = 17..32 (a second row tile, another compiled variant) on one launch per NT.
-            ms = (2, 16, 17, 32) if warps == 4 else (2, 16)
+            ms = (2, 16, 17, 32) if warps in (4, 16 if nt == 1 else 8) else (2, 16)
             bad, singles = rows_differ(lambda xx: qmm(new, "tune_qmm", xx, *copies[0], bits, nt, warps), x, ms)
             if bad:
                 exact[f"nt{nt}_w{warps}"] = bad
             worst_rel = max(worst_rel, float(mx.abs(singles.astype(mx.float32) - ref).max().item()) / scale)
+        same_as_old = None
+        if old:
+            nt, warps = launch_qmm(n, k, bits)
+            new_y = qmm(new, "tune_qmm", x, *copies[0], bits, nt, warps)
+            old_y = qmm(old, "tune_qmm_old", x, *copies[0], bits, nt, warps)
+            same_as_old = bool(mx.all(new_y == old_y).item())
         rows.append(out(check="rows", model=model, layer=layer, k=k, n=n, bits=bits,
                         launches_with_rows_differing=exact, worst_rel_diff_vs_mlx=round(worst_rel, 5),
-                        ok=not exact and worst_rel < 2e-2))
+                        old_body_bit_identical=same_as_old, ok=not exact and worst_rel < 2e-2))
         for m in (1, 16):
             xs = [mx.random.normal((m, k), key=mx.random.key(i)).astype(mx.bfloat16) for i in range(64)]
             mx.eval(xs)
@@ -170,12 +180,12 @@ def main():
             row = dict(speed="qmm", model=model, layer=layer, k=k, n=n, M=m, MB=round(nbytes / 1e6, 2),
                        mlx_us=round(t_mlx * 1e6, 2), mlx_GBps=round(nbytes / t_mlx / 1e9))
             if old:
-                nt, warps = old_launch(n, k, bits)
+                nt, warps = launch_qmm(n, k, bits)
                 t_old = chained(lambda: [qmm(old, "tune_qmm_old", xs[i], *c(i), bits, nt, warps) for i in range(64)])
                 row["old_us"] = round(t_old * 1e6, 2)
             best = None
             times = {}
-            for nt, warps in LAUNCHES:
+            for nt, warps in launches:
                 tn = chained(lambda: [qmm(new, "tune_qmm", xs[i], *c(i), bits, nt, warps) for i in range(64)])
                 times[f"nt{nt}_w{warps}"] = round(tn * 1e6, 2)
                 if best is None or tn < best[0]:
@@ -186,13 +196,20 @@ def main():
                        rule_GBps=round(nbytes / t_rule / 1e9), rule_vs_mlx=round(t_mlx / t_rule, 2),
                        rule_pct_copy=round(100 * nbytes / t_rule / 1e9 / copy_gbps, 1))
             if args.dependent:
-                mlx_call = lambda i, x: mx.quantized_matmul(x, *c(i), transpose=True, group_size=gs, bits=bits)
-                our_call = lambda i, x: qmm(new, "tune_qmm", x, *c(i), bits, nt, warps)
-                zero_call = lambda i, x: x[:, :1] * 1
-                t_floor = chained(dependent(zero_call, xs))
-                row.update(dependent_mlx_us=round((chained(dependent(mlx_call, xs)) - t_floor) * 1e6, 2),
-                           dependent_rule_us=round((chained(dependent(our_call, xs)) - t_floor) * 1e6, 2),
-                           dependent_floor_us=round(t_floor * 1e6, 2))
+                t_floor = chained(dependent(lambda i, x: x[:, :1] * 1, xs))
+                t_dep = lambda call: round((chained(dependent(call, xs)) - t_floor) * 1e6, 2)
+                row.update(dependent_floor_us=round(t_floor * 1e6, 2), dependent_mlx_us=t_dep(
+                    lambda i, x: mx.quantized_matmul(x, *c(i), transpose=True, group_size=gs, bits=bits)))
+                if old:
+                    row["dependent_old_us"] = t_dep(lambda i, x: qmm(old, "tune_qmm_old", x, *c(i), bits, nt, warps))
+                dep = {}
+                for lt, lw in launches:
+                    dep[f"nt{lt}_w{lw}"] = t_dep(lambda i, x: qmm(new, "tune_qmm", x, *c(i), bits, lt, lw))
+                best_dep = min(dep, key=dep.get)
+                row.update(dependent_rule_us=dep.get(f"nt{nt}_w{warps}"), dependent_best=best_dep,
+                           dependent_best_us=dep[best_dep],
+                           dependent_best_vs_mlx=round(row["dependent_mlx_us"] / max(dep[best_dep], 0.01), 2),
+                           dependent_us=dep)
             row.update(best_launch=f"nt{best[1]}_w{best[2]}", best_us=round(best[0] * 1e6, 2),
                        best_GBps=round(nbytes / best[0] / 1e9), best_vs_mlx=round(t_mlx / best[0], 2),
                        best_pct_copy=round(100 * nbytes / best[0] / 1e9 / copy_gbps, 1), times_us=times)

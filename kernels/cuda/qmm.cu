@@ -12,7 +12,9 @@
 //   <T>* y                  [M, N]
 // Template ints: BITS (4 | 8), HALF, NT (8-column tiles per warp), MT (16-row
 // tiles: M <= 16 or M <= 32). Run-time: M, K, N, the group size
-// K / groups (32, 64 or 128) and the block's warps (1..8, splitting K).
+// K / groups (32, 64 or 128) and the block's warps (1 .. MAX_WARPS,
+// splitting K; many warps a block keep a small layer's latency low,
+// docs/gpu.md "The quantized matmul").
 //
 // The product runs on the tensor cores (mma.sync m16n8k16, f32 accumulate):
 // a warp computes a 16-row x 8-column tile per instruction, and rows past M
@@ -45,7 +47,9 @@ constexpr int VALS = 128 / BITS;        // k values per lane per 16-byte load
 constexpr int CHUNK = 4 * VALS;         // k values of one warp step
 constexpr int XV = VALS / 8;            // 16-byte loads of one row of x per chunk
 
-constexpr int MAX_WARPS = 8;
+// 512 threads a block at most (1,024 ask for more registers than an SM has),
+// 256 with four tiles; their partial sums fit 32 KB of shared memory.
+constexpr int MAX_WARPS = NT == 4 ? 8 : 16;
 
 const int M = x_shape[0];
 const int K = x_shape[1];
@@ -127,6 +131,9 @@ for (int mt = 0; mt < MT; ++mt)
     for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
 
 const int chunks = (K + CHUNK - 1) / CHUNK;
+// Unrolled twice so the next chunk's weight loads can issue before this
+// chunk's products (no store in the loop; each warp's order is unchanged).
+#pragma unroll 2
 for (int c = warp; c < chunks; c += warps) {
   const int k0 = c * CHUNK + t * VALS;
   const bool live = k0 < K;

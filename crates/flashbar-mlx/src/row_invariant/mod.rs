@@ -62,27 +62,66 @@ pub fn takes_quantized(x: &Array, scales: &Array, group_size: i32, bits: i32) ->
 /// `(tiles, warps)`, 8-column tiles per warp and warps per block (each warp
 /// takes every `warps`-th chunk of k). From the weight's shape only, never
 /// from the number of rows, so every M sums in the same order.
-/// Chosen by `bench/qmm_tune.py` on the H200 (docs/gpu.md, "The quantized
-/// matmul"): four tiles (32 columns a block) where there are columns
-/// enough; then warps enough that the GPU (132 SMs) holds some 512 of them:
-/// 8 below 32 blocks, 4 below 256, 2 from 256 blocks on, except for 8-bit
-/// weights, whose warps walk twice the chunks and keep 4. Each warp keeps
-/// at least two chunks. `bench/gpu_kernels.py` mirrors this rule.
+/// Chosen by `bench/qmm_tune.py --dependent` and whole decode steps on the
+/// H200 (docs/gpu.md, "The quantized matmul"): a decode step's matmuls each
+/// wait for the one before, so all but the lm_heads want latency: 8 warps a
+/// block, each walking few chunks, and four tiles (32 columns a block) where
+/// there are 512 columns or more, two from 64, else one. The lm_heads (from
+/// [`WIDE`] columns) are bound by bandwidth: 2 warps (4 for 8-bit weights,
+/// whose warps walk twice the chunks). `bench/gpu_kernels.py` mirrors this
+/// rule.
 pub fn qmm_launch(n: i32, k: i32, bits: i32) -> (i32, i32) {
-    let chunk = 4 * (128 / bits);
-    let chunks = (k + chunk - 1) / chunk;
+    let chunks = chunks(k, bits);
+    if n >= WIDE {
+        let warps = if bits == 4 { 2 } else { 4 };
+        return (4, warps.min(chunks / 2).max(1));
+    }
     let tiles = match n {
         512.. => 4,
         64..=511 => 2,
         _ => 1,
     };
-    let blocks = (n + 8 * tiles - 1) / (8 * tiles);
-    let wanted = match blocks {
-        ..=31 => 8,
-        256.. if bits == 4 => 2,
-        _ => 4,
-    };
-    (tiles, wanted.min(chunks / 2).max(1))
+    (tiles, 8.min(chunks).max(1))
+}
+
+/// Columns from which a weight is an lm_head-sized map, bound by bandwidth.
+pub const WIDE: i32 = 65_536;
+
+/// The kernel's k steps: 4 lanes x 16 bytes of packed weights each.
+fn chunks(k: i32, bits: i32) -> i32 {
+    let chunk = 4 * (128 / bits);
+    (k + chunk - 1) / chunk
+}
+
+/// The most warps a block of `tiles` tiles runs (the body's `MAX_WARPS`).
+fn max_warps(tiles: i32) -> i32 {
+    if tiles == 4 {
+        8
+    } else {
+        16
+    }
+}
+
+/// Benchmarks try other launches on a whole model without a rebuild:
+/// `FLASHBAR_QMM_LAUNCH=T:W` gives every weight of fewer than [`WIDE`]
+/// columns T tiles a warp and W warps a block (at most one a chunk). Still
+/// a function of the shape alone, so decode and verify keep one order.
+pub const LAUNCH_ENV: &str = "FLASHBAR_QMM_LAUNCH";
+
+fn launch_override(n: i32, k: i32, bits: i32) -> Option<(i32, i32)> {
+    static RULE: std::sync::OnceLock<Option<(i32, i32)>> = std::sync::OnceLock::new();
+    let (tiles, warps) = (*RULE.get_or_init(|| {
+        let value = std::env::var(LAUNCH_ENV).ok()?;
+        let (t, w) = value.split_once(':')?;
+        let (t, w) = (t.trim().parse::<i32>().ok()?, w.trim().parse::<i32>().ok()?);
+        (matches!(t, 1 | 2 | 4) && w >= 1).then_some((t, w))
+    }))?;
+    (n < WIDE).then(|| {
+        (
+            tiles,
+            warps.min(max_warps(tiles)).min(chunks(k, bits)).max(1),
+        )
+    })
 }
 
 /// `x W^T` for MLX's affine-quantized `w` (transposed, as `quantized_matmul`
@@ -114,7 +153,7 @@ pub fn quantized_matmul(
             w.shape()
         )));
     }
-    let (tiles, warps) = qmm_launch(n, k, bits);
+    let (tiles, warps) = launch_override(n, k, bits).unwrap_or_else(|| qmm_launch(n, k, bits));
     let blocks = (n + 8 * tiles - 1) / (8 * tiles);
     let x2 = x.reshape(&[m, k])?;
     // The group size and the warps are run-time values of the kernel, read
@@ -293,19 +332,24 @@ mod tests {
     /// `bench/gpu_kernels.py` (`launch_qmm`) reproduces on the GPU.
     #[test]
     fn the_launch_depends_on_the_weight_only() {
-        // 9B, 4 bits: q_proj (256 blocks), o_proj and mlp down (128), lm_head.
-        assert_eq!(qmm_launch(8192, 4096, 4), (4, 2));
-        assert_eq!(qmm_launch(4096, 4096, 4), (4, 4));
-        assert_eq!(qmm_launch(4096, 12288, 4), (4, 4));
+        // 9B, 4 bits: q_proj, o_proj, mlp down, the gated-delta b / a, lm_head.
+        assert_eq!(qmm_launch(8192, 4096, 4), (4, 8));
+        assert_eq!(qmm_launch(4096, 4096, 4), (4, 8));
+        assert_eq!(qmm_launch(4096, 12288, 4), (4, 8));
+        assert_eq!(qmm_launch(32, 4096, 4), (1, 8));
         assert_eq!(qmm_launch(248_320, 4096, 4), (4, 2));
         // 8 bits keep 4 warps on wide layers.
         assert_eq!(qmm_launch(248_320, 4096, 8), (4, 4));
-        assert_eq!(qmm_launch(2048, 4096, 4), (4, 4));
+        assert_eq!(qmm_launch(248_320, 2048, 4), (4, 2));
         assert_eq!(qmm_launch(512, 2048, 4), (4, 8));
-        assert_eq!(qmm_launch(768, 384, 8), (4, 3));
-        assert_eq!(qmm_launch(8, 384, 8), (1, 3));
-        assert_eq!(qmm_launch(256, 2048, 4), (2, 8));
+        assert_eq!(qmm_launch(768, 384, 8), (4, 6));
+        assert_eq!(qmm_launch(8, 384, 8), (1, 6));
+        assert_eq!(qmm_launch(256, 64, 4), (2, 1));
         assert_eq!(qmm_launch(128, 64, 8), (2, 1));
+        for (n, k, bits) in [(8192, 4096, 4), (32, 64, 8), (248_320, 4096, 8)] {
+            let (tiles, warps) = qmm_launch(n, k, bits);
+            assert!(warps >= 1 && warps <= max_warps(tiles) && warps <= chunks(k, bits));
+        }
     }
 
     #[test]
