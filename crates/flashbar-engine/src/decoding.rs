@@ -391,9 +391,13 @@ impl Decoding<'_, '_> {
         run.rejected += drafted.len() - accepted;
         let round_ms = ms_since(round_start);
         let thermal = self.thermal.state();
-        let (speedup, gate) = match self.gate() {
-            Some(gate) => (gate.observe_round(committed, round_ms), Some(gate.state())),
-            None => (None, None),
+        // Forced rounds are measured, not judged: judging them could floor
+        // the gate with no plain steps to count its backoff down, so a later
+        // "auto" request would start floored for what forced ones lost.
+        let (speedup, gate) = match &mut self.control {
+            Control::Gated(gate) => (gate.observe_round(committed, round_ms), Some(gate.state())),
+            Control::Forced(gate) => (gate.realized(committed, round_ms), None),
+            Control::Plain => (None, None),
         };
         let go_on = sink.round(&RoundStats {
             mode: Mode::Dflash,

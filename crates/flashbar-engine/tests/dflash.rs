@@ -483,6 +483,42 @@ fn auto_floors_to_plain_decoding_when_the_drafter_is_useless() {
     }
 }
 
+/// Forced DFlash is measured, never judged: a user (or `flashbar bench`)
+/// who forces it between "auto" requests must not floor the gate, which
+/// would have no plain steps to count its backoff down and would start
+/// the next "auto" request floored for what the forced one lost.
+#[test]
+fn forced_rounds_leave_the_gate_as_auto_left_it() {
+    use flashbar_engine::policy::thermal::{ScriptedThermal, ThermalState};
+    let engine = pair("dense-mlx-4bit", "drafter-dense-f32");
+    engine.set_thermal_source(Box::new(ScriptedThermal::new(vec![ThermalState::Fair])));
+    let mut auto = request("def fib(n):", Speculation::Auto, 0.0);
+    auto.max_tokens = 40;
+    run(&engine, &auto);
+    let before = engine.gate_snapshot();
+    assert!(before.ar_step_ms().is_some(), "auto calibrated the gate");
+    let mut forced = auto.clone();
+    forced.speculation = Speculation::Dflash;
+    forced.max_tokens = 60;
+    let (_, rec) = run(&engine, &forced);
+    let drafted: Vec<_> = rec
+        .rounds
+        .iter()
+        .filter(|r| r.mode != Mode::Plain)
+        .collect();
+    assert!(!drafted.is_empty());
+    assert!(
+        drafted.iter().all(|r| r.gate.is_none()),
+        "forced rounds are not gated"
+    );
+    assert!(drafted
+        .iter()
+        .all(|r| r.speedup.is_some_and(|s| s.is_finite() && s > 0.0)));
+    let after = engine.gate_snapshot();
+    assert_eq!(after.state(), before.state());
+    assert_eq!(after.speedup(), before.speedup());
+}
+
 #[test]
 fn speculation_off_and_auto_choose_the_loop() {
     let engine = pair("dense-mlx-4bit", "drafter-dense-f32");

@@ -19,7 +19,9 @@
 //! is probed; on a CPU, where it costs ~13, only long ones). Calibration
 //! is kept per thermal state: a state change switches to (or starts) that
 //! state's calibration. Measured throughput decides; the thermal state only
-//! says when old measurements stop holding.
+//! says when old measurements stop holding. Forced DFlash rounds are only
+//! measured ([`Gate::realized`]), never judged: they must not leave the gate
+//! floored for the next "auto" request.
 
 use crate::policy::thermal::ThermalState;
 use serde::Serialize;
@@ -229,12 +231,19 @@ impl Gate {
         }
     }
 
-    /// One DFlash round committed `committed` tokens in `ms`. Returns the
-    /// round's realized speedup over plain decoding, when it is known.
+    /// The realized speedup over plain decoding of a round that committed
+    /// `committed` tokens in `ms`, when the plain step time is known; the
+    /// gate's state does not change (forced rounds are only measured).
+    pub fn realized(&self, committed: usize, ms: f64) -> Option<f64> {
+        self.ar_step_ms()
+            .map(|ar| committed as f64 * ar / ms.max(1e-9))
+    }
+
+    /// One DFlash round the gate chose committed `committed` tokens in `ms`.
+    /// Returns the round's realized speedup over plain decoding, when it is
+    /// known.
     pub fn observe_round(&mut self, committed: usize, ms: f64) -> Option<f64> {
-        let ratio = self
-            .ar_step_ms()
-            .map(|ar| committed as f64 * ar / ms.max(1e-9));
+        let ratio = self.realized(committed, ms);
         match self.state {
             GateState::WarmingUp => {
                 self.warmup_left = self.warmup_left.saturating_sub(1);
@@ -253,7 +262,6 @@ impl Gate {
                     self.judge(ratio);
                 }
             }
-            // Forced rounds (speculation "dflash") while calibrating or floored.
             GateState::Calibrating | GateState::Floored => {}
         }
         ratio
