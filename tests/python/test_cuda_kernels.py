@@ -44,7 +44,22 @@ def nvrtc():
     return ctypes.CDLL(str(CU13 / "lib/libnvrtc.so.13"))
 
 
+def compact(source: str) -> str:
+    """The body as the Rust launcher hands it to MLX
+    (`custom_kernel::Body::compact_source`): `//` comments outside string
+    literals, indentation and blank lines dropped."""
+    lines = []
+    for line in source.splitlines():
+        at = line.find("//")
+        if at >= 0 and line[:at].count('"') % 2 == 0:
+            line = line[:at]
+        if line.strip():
+            lines.append(line.strip())
+    return "".join(line + "\n" for line in lines)
+
+
 def wrap(body: str, inputs, outputs, template) -> str:
+    body = compact(body)
     params = []
     for name, dtype in inputs:
         params.append(f"const {CTYPES[dtype]}* {name}")
