@@ -32,7 +32,9 @@ pub fn mlx_exp(x: f32) -> f32 {
         return 0.0;
     }
     let y = x * 1.442695f32;
-    let ipart = (y + 0.5).floor();
+    // MLX adds the 0.5 as a double: in f32 the sum could round up to the
+    // next integer.
+    let ipart = (y as f64 + 0.5).floor() as f32;
     let fpart = y - ipart;
     let mut p = 1.535336188319500e-4f32;
     for c in [

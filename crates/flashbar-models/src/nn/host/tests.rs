@@ -359,3 +359,45 @@ fn attention_rows_do_not_depend_on_the_block() {
         }
     }
 }
+
+/// Bits of an array's values (as f32).
+fn bits(a: &Array) -> Vec<u32> {
+    host(a).iter().map(|v| v.to_bits()).collect()
+}
+
+/// The host ops (norm, residual add, SwiGLU's gate) are MLX's CPU ops bit
+/// for bit, in bf16 and in f32, over values wide enough to reach exp's
+/// limits and ties.
+#[test]
+fn host_ops_are_mlx_s_ops() {
+    cpu();
+    let (rows, d) = (7usize, 384usize);
+    for dtype in [Dtype::Bfloat16, Dtype::Float32] {
+        for scale in [0.05f32, 1.0, 30.0, 120.0] {
+            let shape = [1, rows as i32, d as i32];
+            let make = |salt: f32| {
+                Array::from_slice(&bf16_values(rows * d, salt, scale), &shape)
+                    .as_dtype(dtype)
+                    .unwrap()
+            };
+            let (x, y) = (make(0.1), make(7.3));
+            let w = Array::from_slice(&bf16_values(d, 2.9, 1.5), &[d as i32])
+                .as_dtype(dtype)
+                .unwrap();
+            let hw = HostVector::of(&w).unwrap();
+            let norm = rms_norm(&x, &hw, 1e-6).unwrap().unwrap();
+            let expected = mlx_rs::fast::rms_norm(&x, Some(&w), 1e-6).unwrap();
+            assert_eq!(norm.dtype(), dtype);
+            assert_eq!(bits(&norm), bits(&expected), "rms_norm {dtype:?} x{scale}");
+            let sum = add(&x, &y).unwrap().unwrap();
+            assert_eq!(
+                bits(&sum),
+                bits(&x.add(&y).unwrap()),
+                "add {dtype:?} x{scale}"
+            );
+            let gated = swiglu(&x, &y).unwrap().unwrap();
+            let expected = mlx_rs::nn::silu(&x).unwrap().multiply(&y).unwrap();
+            assert_eq!(bits(&gated), bits(&expected), "swiglu {dtype:?} x{scale}");
+        }
+    }
+}
