@@ -294,7 +294,7 @@ impl Model {
             })?;
             Some(concatenate(&tapped, -1)?)
         };
-        let h = if outputs.last_only {
+        let h = if outputs.last_only && h.shape()[1] > 1 {
             h.index((.., -1.., ..))
         } else {
             h

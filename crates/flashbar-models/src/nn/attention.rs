@@ -116,7 +116,11 @@ impl Attention {
 
         let scale = (self.head_dim as f32).powf(-0.5);
         let out = if self.host && b == 1 {
-            host::causal_attention(&queries, &keys, &values, scale, self.arithmetic)?
+            let out = host::causal_attention(&queries, &keys, &values, scale, self.arithmetic)?;
+            if let Some(gated) = host::attention_gate(&out, &qkv[0])? {
+                return self.o_proj.forward(&gated);
+            }
+            out
         } else if self.row_kernel && row_invariant::takes_attention(&queries, &keys) {
             row_invariant::causal_attention(&queries, &keys, &values, scale)?
         } else {

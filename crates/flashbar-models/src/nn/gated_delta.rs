@@ -9,6 +9,7 @@
 use crate::config::TextConfig;
 use crate::error::Result;
 use crate::nn::gated_delta_host;
+use crate::nn::host;
 use crate::nn::linear::{row_kernels, Fused, Linear, Weights};
 use flashbar_mlx::{device, gdn_kernels, row_invariant};
 use mlx_rs::fast::rms_norm;
@@ -100,6 +101,8 @@ pub struct GatedDeltaNet {
     eps: f32,
     /// The recurrence on the host (the CPU path, docs/cpu.md).
     host: bool,
+    /// `norm_weight` for the host's gated norm (the CPU path).
+    host_norm: Option<host::HostVector>,
     /// The convolution of decode steps and verified blocks on the
     /// row-invariant CUDA kernel (`linear::row_kernels`): no cuDNN plan per
     /// block length (docs/gpu.md).
@@ -132,9 +135,13 @@ impl GatedDeltaNet {
             conv_kernel: config.linear_conv_kernel_dim as i32,
             eps: config.rms_norm_eps,
             host: weights.host_kernels(),
+            host_norm: None,
             row_kernel: row_kernels(),
             fused: None,
         };
+        if layer.host && host::takes(layer.norm_weight.dtype()) {
+            layer.host_norm = Some(host::HostVector::of(&layer.norm_weight)?);
+        }
         layer.fused = layer.fused_kernel()?;
         Ok(layer)
     }
@@ -229,7 +236,8 @@ impl GatedDeltaNet {
             };
             return Ok((self.out_proj.forward(&out.out)?, tape));
         }
-        let z = z.reshape(&[b, s, hv, dv])?;
+        let z_rows = z;
+        let z = z_rows.reshape(&[b, s, hv, dv])?;
         let beta = sigmoid(&b_proj)?;
 
         let conv_state = match &state.conv {
@@ -306,6 +314,11 @@ impl GatedDeltaNet {
         // the whole residual stream f32 from the first layer on in a bf16
         // model: other rounding than mlx-lm's, and on CUDA every later
         // matmul a f32 one (docs/dflash.md, "Activation types").
+        if let Some(w) = &self.host_norm {
+            if let Some(gated) = host::gated_norm(&y, &z_rows, w, self.eps, q.dtype())? {
+                return Ok((self.out_proj.forward(&gated)?, tape));
+            }
+        }
         let y = y.as_dtype(q.dtype())?;
         let normed = rms_norm(&y, Some(&self.norm_weight), self.eps)?;
         let gated = silu(z.as_dtype(Dtype::Float32)?)?

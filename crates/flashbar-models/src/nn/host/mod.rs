@@ -25,6 +25,7 @@ use rayon::prelude::*;
 
 mod attention;
 mod columns;
+mod gates;
 mod ops;
 mod rows;
 #[cfg(test)]
@@ -32,6 +33,7 @@ mod tests;
 
 pub use attention::*;
 pub use columns::*;
+pub use gates::{attention_gate, gated_norm};
 pub use ops::{add, rms_norm, sigmoid, silu, swiglu, takes, HostVector};
 pub use rows::*;
 

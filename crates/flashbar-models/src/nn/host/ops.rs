@@ -16,7 +16,7 @@ use super::*;
 
 /// An array's element type, when the host ops compute in it: bf16
 /// (rounded after every op) or f32.
-fn rounded(dtype: Dtype) -> Option<bool> {
+pub fn rounded(dtype: Dtype) -> Option<bool> {
     match dtype {
         Dtype::Bfloat16 => Some(true),
         Dtype::Float32 => Some(false),
@@ -31,7 +31,7 @@ pub fn takes(dtype: Dtype) -> bool {
 
 /// `x` rounded to the type (bf16 when `round`), as MLX stores an op's result.
 #[inline(always)]
-fn store(x: f32, round: bool) -> f32 {
+pub fn store(x: f32, round: bool) -> f32 {
     if round {
         round_bf16(x)
     } else {
@@ -55,17 +55,34 @@ impl HostVector {
     }
 }
 
-/// MLX's CPU `fast::rms_norm(x, w, eps)` for `x` and `w` of one type (bf16
-/// or f32), which runs its fallback of ops there: `x` widened to f32, the
-/// squares summed in order from zero, times `1/n` (rounded to f32), plus
-/// eps, `1 / sqrt(..)`, `x` times that, rounded to the type, times `w`
-/// rounded to the type. None when the types differ (MLX's op runs then).
+/// MLX's CPU `fast::rms_norm(x, w, eps)` for bf16 or f32 `x` and `w`,
+/// which runs its fallback of ops there: `x` widened to f32, the squares
+/// summed in order from zero, times `1/n` (rounded to f32), plus eps,
+/// `1 / sqrt(..)`, `x` times that, rounded to the output type (bf16 when
+/// both are bf16, else f32), times `w`, rounded to it. None for other
+/// types (MLX's op runs then).
 pub fn rms_norm(x: &Array, w: &HostVector, eps: f32) -> Result<Option<Array>> {
-    let Some(round) = rounded(x.dtype()).filter(|_| w.dtype == x.dtype()) else {
+    let Some(out) = norm_type(x.dtype(), w.dtype) else {
         return Ok(None);
     };
-    let d = w.values.len();
     let mut values = host_f32(x)?;
+    norm_rows(&mut values, w, eps, out == Dtype::Bfloat16);
+    Ok(Some(from_f32(&values, x.shape(), out)?))
+}
+
+/// The output type of an RMS norm of `x` by a weight of type `w` (their
+/// promotion), when the host ops take both.
+pub fn norm_type(x: Dtype, w: Dtype) -> Option<Dtype> {
+    match (rounded(x)?, rounded(w)?) {
+        (true, true) => Some(Dtype::Bfloat16),
+        _ => Some(Dtype::Float32),
+    }
+}
+
+/// [`rms_norm`] in place over rows of `w`'s width, the results rounded to
+/// bf16 when `round`.
+pub fn norm_rows(values: &mut [f32], w: &HostVector, eps: f32, round: bool) {
+    let d = w.values.len();
     let inv_n = (1.0f64 / d as f64) as f32;
     for row in values.chunks_exact_mut(d) {
         let mut squares = 0f32;
@@ -77,7 +94,6 @@ pub fn rms_norm(x: &Array, w: &HostVector, eps: f32) -> Result<Option<Array>> {
             *v = store(store(*v * r, round) * wv, round);
         }
     }
-    Ok(Some(from_f32(&values, x.shape(), x.dtype())?))
 }
 
 /// `a + b` for arrays of one shape and type, as MLX's add: the f32 sum
