@@ -20,7 +20,7 @@ pub fn round_bf16(x: f32) -> f32 {
 /// exp: the two differ in the last bits.
 // The constants as MLX writes them (rounded to f32 alike), not `LOG2_E`.
 #[allow(clippy::approx_constant, clippy::excessive_precision)]
-#[inline]
+#[inline(always)]
 pub fn mlx_exp(x: f32) -> f32 {
     if x.is_nan() {
         return x;

@@ -3,7 +3,7 @@
 //! gated attention's sigmoid gate. Each returns None when the types are
 //! not ones the host ops take (MLX's ops run then).
 
-use super::ops::{norm_rows, norm_type, rounded, sigmoid, silu, store};
+use super::ops::{norm_rows, norm_type, rounded, sigmoid, silu, store, zip_with};
 use super::*;
 
 /// A gated-delta layer's output: the recurrence's `y` (f32, `[B, T, Hv,
@@ -28,9 +28,9 @@ pub fn gated_norm(
         *v = store(*v, round);
     }
     norm_rows(&mut values, w, eps, normed == Dtype::Bfloat16);
-    for (v, z) in values.iter_mut().zip(host_f32(z)?) {
-        *v = store(silu(z, false) * *v, round);
-    }
+    zip_with(&mut values, &host_f32(z)?, |v, z| {
+        store(silu(z, false) * v, round)
+    });
     let shape = y.shape();
     let (b, t) = (shape[0], shape[1]);
     Ok(Some(from_f32(
@@ -53,17 +53,19 @@ pub fn attention_gate(out: &Array, q_gate: &Array) -> Result<Option<Array>> {
         return Ok(None);
     }
     let (o, qg) = (host_f32(out)?, host_f32(q_gate)?);
+    // Both moved to [L, H, d]: each output next to its gate.
     let mut gated = vec![0f32; o.len()];
+    let mut gates = vec![0f32; o.len()];
     for l in 0..len {
         for h in 0..heads {
-            let row = &o[(h * len + l) * d..][..d];
-            let gate = &qg[(l * heads + h) * 2 * d + d..][..d];
-            let dst = &mut gated[(l * heads + h) * d..][..d];
-            for ((g, &v), &x) in dst.iter_mut().zip(row).zip(gate) {
-                *g = store(v * sigmoid(x, round), round);
-            }
+            let at = (l * heads + h) * d;
+            gated[at..at + d].copy_from_slice(&o[(h * len + l) * d..][..d]);
+            gates[at..at + d].copy_from_slice(&qg[(l * heads + h) * 2 * d + d..][..d]);
         }
     }
+    zip_with(&mut gated, &gates, |v, x| {
+        store(v * sigmoid(x, round), round)
+    });
     Ok(Some(from_f32(
         &gated,
         &[1, len as i32, (heads * d) as i32],
