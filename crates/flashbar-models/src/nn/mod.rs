@@ -3,6 +3,7 @@
 pub mod attention;
 pub mod gated_delta;
 pub mod gated_delta_checks;
+pub mod gated_delta_head;
 pub mod gated_delta_host;
 pub mod host;
 pub mod linear;

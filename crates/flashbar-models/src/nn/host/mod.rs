@@ -34,7 +34,7 @@ mod tests;
 pub use attention::*;
 pub use columns::*;
 pub use gates::{attention_gate, gated_norm};
-pub use ops::{add, rms_norm, sigmoid, silu, swiglu, takes, HostVector};
+pub use ops::{add, norm_rows, rms_norm, sigmoid, silu, swiglu, takes, zip_with, HostVector};
 pub use rows::*;
 
 /// Which arithmetic the host kernels use for bf16 checkpoints
