@@ -7,7 +7,8 @@ use crate::config::{Architecture, ModelConfig};
 use crate::error::{ModelError, Result};
 use crate::nn::attention::{Attention, KvCache};
 use crate::nn::gated_delta::{GatedDeltaNet, GdnState, GdnTape};
-use crate::nn::linear::{Embedding, Linear, Weights};
+use crate::nn::host;
+use crate::nn::linear::{Embedding, Linear, MatmulPath, Weights};
 use crate::nn::mlp::Mlp;
 use crate::nn::moe::SparseMoe;
 use crate::sanitize::{is_hf_layout, sanitize};
@@ -39,15 +40,52 @@ enum FeedForward {
 struct DecoderLayer {
     mixer: Mixer,
     feed_forward: FeedForward,
-    input_layernorm: Array,
-    post_attention_layernorm: Array,
+    input_layernorm: Norm,
+    post_attention_layernorm: Norm,
+}
+
+/// An RMS norm's weight, and on the host path its values for the host op
+/// (bit for bit MLX's, docs/cpu.md "Host ops"), with the residual adds.
+struct Norm {
+    weight: Array,
+    host: Option<host::HostVector>,
+}
+
+impl Norm {
+    fn load(weights: &mut Weights, name: &str) -> Result<Self> {
+        let weight = weights.take(name)?;
+        let host = match weights.matmul_path() {
+            MatmulPath::Host if host::takes(weight.dtype()) => Some(host::HostVector::of(&weight)?),
+            _ => None,
+        };
+        Ok(Norm { weight, host })
+    }
+
+    fn forward(&self, x: &Array, eps: f32) -> Result<Array> {
+        if let Some(w) = &self.host {
+            if let Some(y) = host::rms_norm(x, w, eps)? {
+                return Ok(y);
+            }
+        }
+        Ok(rms_norm(x, Some(&self.weight), eps)?)
+    }
+
+    /// `a + b`, on the host when this norm is.
+    fn residual(&self, a: &Array, b: &Array) -> Result<Array> {
+        if self.host.is_some() {
+            if let Some(sum) = host::add(a, b)? {
+                return Ok(sum);
+            }
+        }
+        Ok(a.add(b)?)
+    }
 }
 
 pub struct Model {
     config: ModelConfig,
     embed_tokens: Embedding,
     layers: Vec<DecoderLayer>,
-    norm: Array,
+    norm: Norm,
     lm_head: Option<Linear>,
 }
 
@@ -114,12 +152,14 @@ impl Model {
             layers.push(DecoderLayer {
                 mixer,
                 feed_forward,
-                input_layernorm: weights.take(&format!("{p}.input_layernorm.weight"))?,
-                post_attention_layernorm: weights
-                    .take(&format!("{p}.post_attention_layernorm.weight"))?,
+                input_layernorm: Norm::load(&mut weights, &format!("{p}.input_layernorm.weight"))?,
+                post_attention_layernorm: Norm::load(
+                    &mut weights,
+                    &format!("{p}.post_attention_layernorm.weight"),
+                )?,
             });
         }
-        let norm = weights.take("model.norm.weight")?;
+        let norm = Norm::load(&mut weights, "model.norm.weight")?;
         let lm_head = if t.tie_word_embeddings {
             None
         } else {
@@ -254,12 +294,12 @@ impl Model {
             })?;
             Some(concatenate(&tapped, -1)?)
         };
-        let h = if outputs.last_only {
+        let h = if outputs.last_only && h.shape()[1] > 1 {
             h.index((.., -1.., ..))
         } else {
             h
         };
-        let h = rms_norm(&h, Some(&self.norm), eps)?;
+        let h = self.norm.forward(&h, eps)?;
         let forward = Forward {
             logits: self.lm_head(&h)?,
             taps,
@@ -279,19 +319,19 @@ impl DecoderLayer {
         record: bool,
         eps: f32,
     ) -> Result<(Array, Option<GdnTape>)> {
-        let x = rms_norm(h, Some(&self.input_layernorm), eps)?;
+        let x = self.input_layernorm.forward(h, eps)?;
         let (mixed, tape) = match (&self.mixer, state) {
             (Mixer::Linear(gdn), LayerCache::Gdn(s)) => gdn.forward_recording(&x, s, record)?,
             (Mixer::Attention(attn), LayerCache::Kv(kv)) => (attn.forward(&x, kv)?, None),
             _ => return Err(mismatched_cache()),
         };
-        let h = h.add(mixed)?;
-        let x = rms_norm(&h, Some(&self.post_attention_layernorm), eps)?;
+        let h = self.post_attention_layernorm.residual(h, &mixed)?;
+        let x = self.post_attention_layernorm.forward(&h, eps)?;
         let ff = match &self.feed_forward {
             FeedForward::Dense(mlp) => mlp.forward(&x)?,
             FeedForward::Moe(moe) => moe.forward(&x)?,
         };
-        Ok((h.add(ff)?, tape))
+        Ok((self.post_attention_layernorm.residual(&h, &ff)?, tape))
     }
 }
 

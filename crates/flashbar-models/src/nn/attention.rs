@@ -3,6 +3,7 @@
 
 use crate::config::{Rope, TextConfig};
 use crate::error::Result;
+use crate::nn::attention_host::{self, HostAttention};
 use crate::nn::host;
 use crate::nn::linear::{row_kernels, Fused, Linear, Weights};
 use flashbar_mlx::row_invariant;
@@ -36,6 +37,21 @@ impl KvCache {
         self.values = self.values.as_ref().map(cut);
     }
 
+    /// [`Self::append`] on the host (the CPU path): the grown cache as host
+    /// arrays, the same values MLX's concatenate gives.
+    fn append_host(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
+        let (keys, values) = match (&self.keys, &self.values) {
+            (Some(k), Some(v)) => (
+                attention_host::append(k, &keys)?,
+                attention_host::append(v, &values)?,
+            ),
+            _ => (keys, values),
+        };
+        self.keys = Some(keys.clone());
+        self.values = Some(values.clone());
+        Ok((keys, values))
+    }
+
     fn append(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
         let (keys, values) = match (&self.keys, &self.values) {
             (Some(k), Some(v)) => (concatenate(&[k, &keys], 2)?, concatenate(&[v, &values], 2)?),
@@ -63,6 +79,9 @@ pub struct Attention {
     host: bool,
     /// The host kernels' arithmetic, fixed at load like the linear maps'.
     arithmetic: host::Arithmetic,
+    /// The q/k norms, RoPE and the cache's growth on the host (the CPU
+    /// path, bf16).
+    host_head: Option<HostAttention>,
     /// Decode steps and verified blocks on the row-invariant CUDA kernel
     /// (`linear::row_kernels`), for the same reason.
     row_kernel: bool,
@@ -75,7 +94,7 @@ impl Attention {
         config: &TextConfig,
         rope: Rope,
     ) -> Result<Self> {
-        Ok(Attention {
+        let mut attention = Attention {
             qkv: Fused::load(
                 weights,
                 &["q", "k", "v"].map(|part| format!("{path}.{part}_proj")),
@@ -90,14 +109,31 @@ impl Attention {
             rope,
             host: weights.host_kernels(),
             arithmetic: host::arithmetic(),
+            host_head: None,
             row_kernel: row_kernels(),
-        })
+        };
+        if attention.host {
+            let (q, k) = (&attention.q_norm, &attention.k_norm);
+            attention.host_head = HostAttention::new(q, k, rope, attention.eps)?;
+        }
+        Ok(attention)
     }
 
     /// `x`: `[B, L, hidden]`; appends L positions to `cache`.
     pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
         let (b, l) = (x.shape()[0], x.shape()[1]);
         let qkv = self.qkv.forward(x)?;
+        let scale = (self.head_dim as f32).powf(-0.5);
+        if let Some(head) = self.host_head.as_ref().filter(|_| b == 1) {
+            let d = self.head_dim as usize;
+            let parts = [&qkv[0], &qkv[1], &qkv[2]];
+            let heads = self.num_heads as usize;
+            if let Some((q, k, v)) = head.project(parts, heads, d, cache.len())? {
+                let (keys, values) = cache.append_host(k, v)?;
+                let out = host::causal_attention(&q, &keys, &values, scale, self.arithmetic)?;
+                return self.gate_and_project(&out, &qkv[0]);
+            }
+        }
         let both = qkv[0].reshape(&[b, l, self.num_heads, -1])?;
         let halves = split_equal(&both, 2, -1)?;
         let gate = halves[1].reshape(&[b, l, -1])?;
@@ -114,9 +150,9 @@ impl Attention {
         let keys = self.rotate(&keys, offset)?;
         let (keys, values) = cache.append(keys, values)?;
 
-        let scale = (self.head_dim as f32).powf(-0.5);
         let out = if self.host && b == 1 {
-            host::causal_attention(&queries, &keys, &values, scale, self.arithmetic)?
+            let out = host::causal_attention(&queries, &keys, &values, scale, self.arithmetic)?;
+            return self.gate_and_project(&out, &qkv[0]);
         } else if self.row_kernel && row_invariant::takes_attention(&queries, &keys) {
             row_invariant::causal_attention(&queries, &keys, &values, scale)?
         } else {
@@ -124,6 +160,19 @@ impl Attention {
             scaled_dot_product_attention(&queries, &keys, &values, scale, mask, None)?
         };
         let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
+        self.o_proj.forward(&out.multiply(sigmoid(&gate)?)?)
+    }
+
+    /// The host attention's `out` `[1, H, L, d]` times the sigmoid of its
+    /// gate (from `q_gate`, the query product), then `o_proj`.
+    fn gate_and_project(&self, out: &Array, q_gate: &Array) -> Result<Array> {
+        if let Some(gated) = host::attention_gate(out, q_gate)? {
+            return self.o_proj.forward(&gated);
+        }
+        let l = out.shape()[2];
+        let both = q_gate.reshape(&[1, l, self.num_heads, -1])?;
+        let gate = split_equal(&both, 2, -1)?[1].reshape(&[1, l, -1])?;
+        let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[1, l, -1])?;
         self.o_proj.forward(&out.multiply(sigmoid(&gate)?)?)
     }
 

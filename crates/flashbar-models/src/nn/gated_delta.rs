@@ -8,7 +8,9 @@
 
 use crate::config::TextConfig;
 use crate::error::Result;
-use crate::nn::gated_delta_host;
+use crate::nn::gated_delta_head::HostHead;
+use crate::nn::gated_delta_host::{self, Dims};
+use crate::nn::host;
 use crate::nn::linear::{row_kernels, Fused, Linear, Weights};
 use flashbar_mlx::{device, gdn_kernels, row_invariant};
 use mlx_rs::fast::rms_norm;
@@ -53,6 +55,24 @@ enum Recurrence {
 }
 
 impl GdnTape {
+    /// A tape recorded by the host path (`gated_delta_head`).
+    pub(crate) fn host(
+        conv_input: Array,
+        ssm_before: Array,
+        [k, g, delta]: [Array; 3],
+        conv_kernel: i32,
+    ) -> Self {
+        GdnTape {
+            conv_input,
+            ssm_before,
+            k,
+            g,
+            delta,
+            conv_kernel,
+            by: Recurrence::Host,
+        }
+    }
+
     pub fn arrays(&self) -> [&Array; 5] {
         [
             &self.conv_input,
@@ -100,6 +120,10 @@ pub struct GatedDeltaNet {
     eps: f32,
     /// The recurrence on the host (the CPU path, docs/cpu.md).
     host: bool,
+    /// `norm_weight` for the host's gated norm (the CPU path).
+    host_norm: Option<host::HostVector>,
+    /// The conv, q/k norms and gates on the host (the CPU path, bf16).
+    host_head: Option<HostHead>,
     /// The convolution of decode steps and verified blocks on the
     /// row-invariant CUDA kernel (`linear::row_kernels`): no cuDNN plan per
     /// block length (docs/gpu.md).
@@ -132,9 +156,17 @@ impl GatedDeltaNet {
             conv_kernel: config.linear_conv_kernel_dim as i32,
             eps: config.rms_norm_eps,
             host: weights.host_kernels(),
+            host_norm: None,
+            host_head: None,
             row_kernel: row_kernels(),
             fused: None,
         };
+        if layer.host && host::takes(layer.norm_weight.dtype()) {
+            layer.host_norm = Some(host::HostVector::of(&layer.norm_weight)?);
+        }
+        if layer.host {
+            layer.host_head = HostHead::new(&layer.conv_weight, &layer.a_log, &layer.dt_bias)?;
+        }
         layer.fused = layer.fused_kernel()?;
         Ok(layer)
     }
@@ -229,7 +261,21 @@ impl GatedDeltaNet {
             };
             return Ok((self.out_proj.forward(&out.out)?, tape));
         }
-        let z = z.reshape(&[b, s, hv, dv])?;
+        let bf16 = [&qkv, &b_proj, &a]
+            .iter()
+            .all(|p| p.dtype() == Dtype::Bfloat16);
+        if let Some(head) = self.host_head.as_ref().filter(|_| b == 1 && bf16) {
+            let dims = Dims {
+                steps: s as usize,
+                hk: hk as usize,
+                hv: hv as usize,
+                dk: dk as usize,
+                dv: dv as usize,
+            };
+            let (y, tape) = head.forward(&qkv, &b_proj, &a, state, dims, record)?;
+            return Ok((self.finish(&y, &z, qkv.dtype(), b, s)?, tape));
+        }
+        let z_rows = z;
         let beta = sigmoid(&b_proj)?;
 
         let conv_state = match &state.conv {
@@ -306,17 +352,29 @@ impl GatedDeltaNet {
         // the whole residual stream f32 from the first layer on in a bf16
         // model: other rounding than mlx-lm's, and on CUDA every later
         // matmul a f32 one (docs/dflash.md, "Activation types").
-        let y = y.as_dtype(q.dtype())?;
+        Ok((self.finish(&y, &z_rows, q.dtype(), b, s)?, tape))
+    }
+
+    /// The gated norm of the recurrence's `y` by `z` (`[B, S, Hv * Dv]`),
+    /// in the activations' type `act`, and the output projection.
+    fn finish(&self, y: &Array, z: &Array, act: Dtype, b: i32, s: i32) -> Result<Array> {
+        if let Some(w) = &self.host_norm {
+            if let Some(gated) = host::gated_norm(y, z, w, self.eps, act)? {
+                return self.out_proj.forward(&gated);
+            }
+        }
+        let z = z.reshape(&[b, s, self.num_v_heads, self.head_v_dim])?;
+        let y = y.as_dtype(act)?;
         let normed = rms_norm(&y, Some(&self.norm_weight), self.eps)?;
         let gated = silu(z.as_dtype(Dtype::Float32)?)?
             .multiply(normed.as_dtype(Dtype::Float32)?)?
             .as_dtype(y.dtype())?;
-        Ok((self.out_proj.forward(&gated.reshape(&[b, s, -1])?)?, tape))
+        self.out_proj.forward(&gated.reshape(&[b, s, -1])?)
     }
 }
 
 /// The q/k L2 norm's epsilon on the sum of squares.
-const QK_EPS: f32 = 1e-6;
+pub(crate) const QK_EPS: f32 = 1e-6;
 
 /// L2-normalize q and k per head (eps 1e-6 on the sum of squares, as the HF
 /// reference does) and fold the Dk^-1/2 readout scale into q.

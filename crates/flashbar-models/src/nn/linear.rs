@@ -398,7 +398,7 @@ impl Embedding {
                 let rows = weight.gather_rows(ids.as_slice::<i32>())?;
                 let mut out_shape = shape;
                 out_shape.push(weight.k as i32);
-                Array::from_slice(&rows, &out_shape).as_dtype(*dtype)?
+                host::from_f32(&rows, &out_shape, *dtype)?
             }
             LinearWeight::Quantized(q) => dequantize(
                 q.weight.take_axis(ids, 0)?,

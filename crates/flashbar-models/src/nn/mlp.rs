@@ -1,6 +1,7 @@
 //! The SwiGLU feed-forward block: `down(silu(gate(x)) * up(x))`.
 
 use crate::error::Result;
+use crate::nn::host;
 use crate::nn::linear::{Fused, Linear, Weights};
 use mlx_rs::nn::silu;
 use mlx_rs::Array;
@@ -24,7 +25,16 @@ impl Mlp {
 
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let gate_up = self.gate_up.forward(x)?;
-        let hidden = silu(&gate_up[0])?.multiply(&gate_up[1])?;
+        // On the host path the products' outputs are host arrays already:
+        // the gate on the host too, bit for bit MLX's (docs/cpu.md, "Host ops").
+        let host = match self.gate_up.is_host() {
+            true => host::swiglu(&gate_up[0], &gate_up[1])?,
+            false => None,
+        };
+        let hidden = match host {
+            Some(hidden) => hidden,
+            None => silu(&gate_up[0])?.multiply(&gate_up[1])?,
+        };
         self.down_proj.forward(&hidden)
     }
 }

@@ -1,8 +1,10 @@
 //! Building blocks of the hybrid models, each a small module over mlx-rs ops.
 
 pub mod attention;
+pub mod attention_host;
 pub mod gated_delta;
 pub mod gated_delta_checks;
+pub mod gated_delta_head;
 pub mod gated_delta_host;
 pub mod host;
 pub mod linear;

@@ -20,7 +20,7 @@ pub fn round_bf16(x: f32) -> f32 {
 /// exp: the two differ in the last bits.
 // The constants as MLX writes them (rounded to f32 alike), not `LOG2_E`.
 #[allow(clippy::approx_constant, clippy::excessive_precision)]
-#[inline]
+#[inline(always)]
 pub fn mlx_exp(x: f32) -> f32 {
     if x.is_nan() {
         return x;
@@ -32,7 +32,9 @@ pub fn mlx_exp(x: f32) -> f32 {
         return 0.0;
     }
     let y = x * 1.442695f32;
-    let ipart = (y + 0.5).floor();
+    // MLX adds the 0.5 as a double: in f32 the sum could round up to the
+    // next integer.
+    let ipart = (y as f64 + 0.5).floor() as f32;
     let fpart = y - ipart;
     let mut p = 1.535336188319500e-4f32;
     for c in [

@@ -25,12 +25,16 @@ use rayon::prelude::*;
 
 mod attention;
 mod columns;
+mod gates;
+mod ops;
 mod rows;
 #[cfg(test)]
 mod tests;
 
 pub use attention::*;
 pub use columns::*;
+pub use gates::{attention_gate, gated_norm};
+pub use ops::{add, norm_rows, rms_norm, sigmoid, silu, swiglu, takes, zip_with, HostVector};
 pub use rows::*;
 
 /// Which arithmetic the host kernels use for bf16 checkpoints
@@ -81,11 +85,43 @@ pub fn set_arithmetic(mode: Arithmetic) {
     ARITHMETIC.store(code, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// An array's values as f32, row-major (evaluated first).
+/// An array's values as f32, row-major (evaluated first). A row-major
+/// bf16 or f32 array is read as it is (bf16 widens exactly); others are
+/// cast and copied by MLX.
 pub fn host_f32(array: &Array) -> Result<Vec<f32>> {
+    match array.dtype() {
+        Dtype::Bfloat16 => {
+            if let Ok(values) = array.try_as_slice::<bf16>() {
+                return Ok(values.iter().map(|v| v.widen()).collect());
+            }
+        }
+        Dtype::Float32 => {
+            if let Ok(values) = array.try_as_slice::<f32>() {
+                return Ok(values.to_vec());
+            }
+        }
+        _ => {}
+    }
     let array = array.as_dtype(Dtype::Float32)?.contiguous()?;
     array.eval()?;
     Ok(array.as_slice::<f32>().to_vec())
+}
+
+/// `values` as an evaluated array of `dtype` and `shape`: rounded to bf16
+/// here as MLX's cast rounds ([`round_bf16`]), so no MLX op is left to run;
+/// other types through MLX's cast.
+pub fn from_f32(values: &[f32], shape: &[i32], dtype: Dtype) -> Result<Array> {
+    Ok(match dtype {
+        Dtype::Float32 => Array::from_slice(values, shape),
+        Dtype::Bfloat16 => {
+            let rounded: Vec<bf16> = values
+                .iter()
+                .map(|&v| bf16::from_bits((round_bf16(v).to_bits() >> 16) as u16))
+                .collect();
+            Array::from_slice(&rounded, shape)
+        }
+        _ => Array::from_slice(values, shape).as_dtype(dtype)?,
+    })
 }
 
 /// A linear map's weights as the host kernels hold them: evaluated,
@@ -226,7 +262,7 @@ pub fn linear(x: &Array, weight: &HostMatrix) -> Result<Array> {
     let out = weight.product(&xs, x.dtype());
     let mut out_shape = shape;
     *out_shape.last_mut().unwrap() = cols as i32;
-    Ok(Array::from_slice(&out, &out_shape).as_dtype(x.dtype())?)
+    from_f32(&out, &out_shape, x.dtype())
 }
 
 /// `x W^T` for the stacked weights of several maps of the same `x`
@@ -251,7 +287,7 @@ pub fn linear_split(x: &Array, weight: &HostMatrix, cols: &[i32]) -> Result<Vec<
             first += n;
             let mut part_shape = shape.clone();
             *part_shape.last_mut().unwrap() = n as i32;
-            Ok(Array::from_slice(&part, &part_shape).as_dtype(x.dtype())?)
+            from_f32(&part, &part_shape, x.dtype())
         })
         .collect()
 }
@@ -281,5 +317,5 @@ pub fn causal_attention(
     } else {
         attention(&qh, &kh, &vh, dims, scale, &mut out);
     }
-    Ok(Array::from_slice(&out, qs).as_dtype(q.dtype())?)
+    from_f32(&out, qs, q.dtype())
 }

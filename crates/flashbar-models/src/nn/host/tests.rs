@@ -359,3 +359,104 @@ fn attention_rows_do_not_depend_on_the_block() {
         }
     }
 }
+
+/// Bits of an array's values (as f32).
+fn bits(a: &Array) -> Vec<u32> {
+    host(a).iter().map(|v| v.to_bits()).collect()
+}
+
+/// The host ops (norm, residual add, SwiGLU's gate) are MLX's CPU ops bit
+/// for bit, in bf16 and in f32, over values wide enough to reach exp's
+/// limits and ties.
+#[test]
+fn host_ops_are_mlx_s_ops() {
+    cpu();
+    let (rows, d) = (7usize, 384usize);
+    for dtype in [Dtype::Bfloat16, Dtype::Float32] {
+        for scale in [0.05f32, 1.0, 30.0, 120.0] {
+            let shape = [1, rows as i32, d as i32];
+            let make = |salt: f32| {
+                Array::from_slice(&bf16_values(rows * d, salt, scale), &shape)
+                    .as_dtype(dtype)
+                    .unwrap()
+            };
+            let (x, y) = (make(0.1), make(7.3));
+            let w = Array::from_slice(&bf16_values(d, 2.9, 1.5), &[d as i32])
+                .as_dtype(dtype)
+                .unwrap();
+            let hw = HostVector::of(&w).unwrap();
+            let norm = rms_norm(&x, &hw, 1e-6).unwrap().unwrap();
+            let expected = mlx_rs::fast::rms_norm(&x, Some(&w), 1e-6).unwrap();
+            assert_eq!(norm.dtype(), dtype);
+            assert_eq!(bits(&norm), bits(&expected), "rms_norm {dtype:?} x{scale}");
+            let sum = add(&x, &y).unwrap().unwrap();
+            assert_eq!(
+                bits(&sum),
+                bits(&x.add(&y).unwrap()),
+                "add {dtype:?} x{scale}"
+            );
+            let gated = swiglu(&x, &y).unwrap().unwrap();
+            let expected = mlx_rs::nn::silu(&x).unwrap().multiply(&y).unwrap();
+            assert_eq!(bits(&gated), bits(&expected), "swiglu {dtype:?} x{scale}");
+        }
+    }
+}
+
+/// The mixers' output gates on the host are MLX's ops bit for bit: the
+/// gated-delta layer's (cast, per-head norm, f32 silu gate, cast back)
+/// and gated attention's (heads moved next to each other, sigmoid gate).
+#[test]
+fn host_gates_are_mlx_s_ops() {
+    cpu();
+    let (t, hv, dv) = (5i32, 4i32, 64i32);
+    let n = (t * hv * dv) as usize;
+    for scale in [0.05f32, 1.0, 30.0] {
+        let y = Array::from_slice(
+            &values(n, 0.7).iter().map(|v| v * scale).collect::<Vec<_>>(),
+            &[1, t, hv, dv],
+        );
+        let z = Array::from_slice(&bf16_values(n, 3.1, scale), &[1, t, hv * dv])
+            .as_dtype(Dtype::Bfloat16)
+            .unwrap();
+        let w = Array::from_slice(&bf16_values(dv as usize, 1.1, 1.0), &[dv])
+            .as_dtype(Dtype::Bfloat16)
+            .unwrap();
+        let ours = gated_norm(&y, &z, &HostVector::of(&w).unwrap(), 1e-6, Dtype::Bfloat16)
+            .unwrap()
+            .unwrap();
+        let y16 = y.as_dtype(Dtype::Bfloat16).unwrap();
+        let normed = mlx_rs::fast::rms_norm(&y16, Some(&w), 1e-6).unwrap();
+        let z4 = z.reshape(&[1, t, hv, dv]).unwrap();
+        let expected = mlx_rs::nn::silu(z4.as_dtype(Dtype::Float32).unwrap())
+            .unwrap()
+            .multiply(normed.as_dtype(Dtype::Float32).unwrap())
+            .unwrap()
+            .as_dtype(Dtype::Bfloat16)
+            .unwrap()
+            .reshape(&[1, t, -1])
+            .unwrap();
+        assert_eq!(bits(&ours), bits(&expected), "gated norm x{scale}");
+
+        let (heads, d) = (3i32, 64i32);
+        let m = (heads * t * d) as usize;
+        let out = Array::from_slice(&bf16_values(m, 0.2, scale), &[1, heads, t, d])
+            .as_dtype(Dtype::Bfloat16)
+            .unwrap();
+        let q_gate = Array::from_slice(&bf16_values(2 * m, 5.5, scale), &[1, t, 2 * heads * d])
+            .as_dtype(Dtype::Bfloat16)
+            .unwrap();
+        let ours = attention_gate(&out, &q_gate).unwrap().unwrap();
+        let both = q_gate.reshape(&[1, t, heads, -1]).unwrap();
+        let gate = mlx_rs::ops::split_equal(&both, 2, -1).unwrap()[1]
+            .reshape(&[1, t, -1])
+            .unwrap();
+        let expected = out
+            .transpose_axes(&[0, 2, 1, 3])
+            .unwrap()
+            .reshape(&[1, t, -1])
+            .unwrap()
+            .multiply(mlx_rs::ops::sigmoid(&gate).unwrap())
+            .unwrap();
+        assert_eq!(bits(&ours), bits(&expected), "attention gate x{scale}");
+    }
+}

@@ -1,0 +1,281 @@
+//! Gated attention's head on the CPU's host path: the q/k RMS norms, RoPE
+//! and the KV cache's growth, in Rust on the arrays the q/k/v product
+//! returns, bit for bit the MLX ops of `attention.rs` (docs/cpu.md, "Host
+//! ops"), so a decode step's attention layer hands nothing to MLX either.
+//!
+//! MLX's CPU RoPE is a fallback of ops: positions `(t + offset) * scale`,
+//! inverse frequencies `exp(-i * ln(base) / (dims / 2))` (MLX's exp), the
+//! angles' cos and sin by MLX's own polynomial ([`mlx_sin_cos`]) rounded to
+//! the activations' type, then `x1 c - x2 s` and `x1 s + x2 c` with every
+//! product and sum rounded to it. Taken for bf16 activations and norms and
+//! unscaled or linearly scaled RoPE; others keep MLX's ops.
+
+use crate::config::{Rope, Scaling};
+use crate::error::Result;
+use crate::nn::host::{self, host_f32, round_bf16, HostVector};
+use mlx_rs::{Array, Dtype};
+
+pub struct HostAttention {
+    q_norm: HostVector,
+    k_norm: HostVector,
+    /// Rotated dims, and the inverse frequency of each pair.
+    dims: usize,
+    inv_freqs: Vec<f32>,
+    scale: f32,
+    eps: f32,
+}
+
+/// Queries `[1, H, L, d]`, keys and values `[1, kvH, L, d]` after the
+/// norms and RoPE, as host arrays.
+pub type Projected = (Array, Array, Array);
+
+impl HostAttention {
+    pub fn new(q_norm: &Array, k_norm: &Array, rope: Rope, eps: f32) -> Result<Option<Self>> {
+        let Scaling::Linear(scale) = rope.scaling else {
+            return Ok(None);
+        };
+        if [q_norm, k_norm]
+            .iter()
+            .any(|w| w.dtype() != Dtype::Bfloat16)
+        {
+            return Ok(None);
+        }
+        let half = rope.dims / 2;
+        let step = rope.theta.ln() / half as f32;
+        let inv_freqs = (0..half)
+            .map(|i| host::mlx_exp(-(i as f32) * step))
+            .collect();
+        Ok(Some(HostAttention {
+            q_norm: HostVector::of(q_norm)?,
+            k_norm: HostVector::of(k_norm)?,
+            dims: rope.dims,
+            inv_freqs,
+            scale,
+            eps,
+        }))
+    }
+
+    /// From the products `q_gate` `[1, L, H * 2d]` (queries and gates side
+    /// by side per head), `k`, `v` `[1, L, kvH * d]` (bf16) at positions
+    /// `offset..`. None for other types.
+    pub fn project(
+        &self,
+        [q_gate, k, v]: [&Array; 3],
+        heads: usize,
+        d: usize,
+        offset: i32,
+    ) -> Result<Option<Projected>> {
+        if [q_gate, k, v].iter().any(|a| a.dtype() != Dtype::Bfloat16) {
+            return Ok(None);
+        }
+        let len = q_gate.shape()[1] as usize;
+        let kv_heads = k.shape()[2] as usize / d;
+        let qg = host_f32(q_gate)?;
+        let mut q = vec![0f32; heads * len * d];
+        for l in 0..len {
+            for h in 0..heads {
+                q[(h * len + l) * d..][..d].copy_from_slice(&qg[(l * heads + h) * 2 * d..][..d]);
+            }
+        }
+        let mut keys = by_heads(&host_f32(k)?, len, kv_heads, d);
+        let values = by_heads(&host_f32(v)?, len, kv_heads, d);
+        host::norm_rows(&mut q, &self.q_norm, self.eps, true);
+        host::norm_rows(&mut keys, &self.k_norm, self.eps, true);
+        self.rotate(&mut q, len, d, offset);
+        self.rotate(&mut keys, len, d, offset);
+        let array = |values: &[f32], h: usize| {
+            host::from_f32(
+                values,
+                &[1, h as i32, len as i32, d as i32],
+                Dtype::Bfloat16,
+            )
+        };
+        Ok(Some((
+            array(&q, heads)?,
+            array(&keys, kv_heads)?,
+            array(&values, kv_heads)?,
+        )))
+    }
+
+    /// RoPE in place over rows `[heads, len, d]` at positions `offset..`.
+    fn rotate(&self, rows: &mut [f32], len: usize, d: usize, offset: i32) {
+        let half = self.dims / 2;
+        let angles: Vec<(f32, f32)> = (0..len)
+            .flat_map(|l| {
+                let position = (l as f32 + offset as f32) * self.scale;
+                self.inv_freqs.iter().map(move |&f| {
+                    let (s, c) = mlx_sin_cos(position * f);
+                    (round_bf16(s), round_bf16(c))
+                })
+            })
+            .collect();
+        for (r, row) in rows.chunks_exact_mut(d).enumerate() {
+            let l = r % len;
+            for i in 0..half {
+                let (s, c) = angles[l * half + i];
+                let (x1, x2) = (row[i], row[half + i]);
+                row[i] = round_bf16(round_bf16(x1 * c) - round_bf16(x2 * s));
+                row[half + i] = round_bf16(round_bf16(x1 * s) + round_bf16(x2 * c));
+            }
+        }
+    }
+}
+
+/// `[L, heads, d]` rows to `[heads, L, d]`.
+fn by_heads(x: &[f32], len: usize, heads: usize, d: usize) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    for l in 0..len {
+        for h in 0..heads {
+            out[(h * len + l) * d..][..d].copy_from_slice(&x[(l * heads + h) * d..][..d]);
+        }
+    }
+    out
+}
+
+/// The cache's keys or values `old` `[1, kvH, S, d]` with `new` `[1, kvH,
+/// L, d]` appended along the positions, as a host array (MLX's
+/// concatenate copies the same values).
+pub fn append(old: &Array, new: &Array) -> Result<Array> {
+    let (os, ns) = (old.shape(), new.shape());
+    let (heads, s, l, d) = (
+        os[1] as usize,
+        os[2] as usize,
+        ns[2] as usize,
+        os[3] as usize,
+    );
+    let (a, b) = (host_f32(old)?, host_f32(new)?);
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    for h in 0..heads {
+        out.extend_from_slice(&a[h * s * d..][..s * d]);
+        out.extend_from_slice(&b[h * l * d..][..l * d]);
+    }
+    let shape = [1, heads as i32, (s + l) as i32, d as i32];
+    host::from_f32(&out, &shape, old.dtype())
+}
+
+/// MLX's CPU sin and cos of an f32 (its Cephes polynomial with fused
+/// multiply-adds; libm's past 2^23, where its reduction fails).
+#[allow(clippy::excessive_precision)]
+pub fn mlx_sin_cos(x: f32) -> (f32, f32) {
+    if x.abs() > 8_388_608.0 {
+        return (x.sin(), x.cos());
+    }
+    let negative = x < 0.0;
+    let x = x.abs();
+    let y = x * 1.27323954473516f32;
+    let mut emm2 = y as u32;
+    emm2 = emm2.wrapping_add(1) & !1;
+    let y = emm2 as f32;
+    let poly = (emm2 & 2) != 0;
+    let x = y.mul_add(-0.78515625, x);
+    let x = y.mul_add(-2.4187564849853515625e-4, x);
+    let x = y.mul_add(-3.77489497744594108e-8, x);
+    let sign_sin = negative ^ ((emm2 & 4) != 0);
+    let sign_cos = (emm2.wrapping_sub(2) & 4) != 0;
+    let z = x * x;
+    let y1 = z.mul_add(2.443315711809948e-5, -1.388731625493765e-3);
+    let y2 = z.mul_add(-1.9515295891e-4, 8.3321608736e-3);
+    let y1 = y1.mul_add(z, 4.166664568298827e-2);
+    let y2 = y2.mul_add(z, -1.6666654611e-1);
+    let y1 = y1 * z;
+    let y2 = y2 * z;
+    let y1 = y1 * z;
+    let y2 = x.mul_add(y2, x);
+    let y1 = z.mul_add(-0.5, y1);
+    let y1 = y1 + 1.0;
+    let ys = if poly { y1 } else { y2 };
+    let yc = if poly { y2 } else { y1 };
+    (
+        if sign_sin { -ys } else { ys },
+        if sign_cos { yc } else { -yc },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::bf16;
+
+    fn bf16_values(n: usize, salt: f32, scale: f32) -> Vec<f32> {
+        (0..n)
+            .map(|i| bf16::from_f32(((i as f32 + salt) * 0.618_034).sin() * scale).to_f32())
+            .collect()
+    }
+
+    fn bits(values: &[f32]) -> Vec<u32> {
+        values.iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// MLX's sin and cos, and the whole head (norms, RoPE at an offset,
+    /// partial rotation, the cache's growth), bit for bit.
+    #[test]
+    fn the_head_is_mlx_s_ops() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let angles: Vec<f32> = (0..20_000).map(|i| (i as f32 - 9_000.0) * 0.0173).collect();
+        let a = Array::from_slice(&angles, &[angles.len() as i32]);
+        let (s, c): (Vec<f32>, Vec<f32>) = angles.iter().map(|&x| mlx_sin_cos(x)).unzip();
+        assert_eq!(
+            bits(&s),
+            bits(&host_f32(&mlx_rs::ops::sin(&a).unwrap()).unwrap())
+        );
+        assert_eq!(
+            bits(&c),
+            bits(&host_f32(&mlx_rs::ops::cos(&a).unwrap()).unwrap())
+        );
+
+        let (heads, kv, d, len, offset) = (3usize, 1usize, 64usize, 5usize, 37i32);
+        let rope = Rope {
+            dims: 16,
+            theta: 10_000.0,
+            scaling: Scaling::Linear(1.0),
+        };
+        let to16 = |v: Vec<f32>, shape: &[i32]| {
+            Array::from_slice(&v, shape)
+                .as_dtype(Dtype::Bfloat16)
+                .unwrap()
+        };
+        let qn = to16(bf16_values(d, 0.3, 1.2), &[d as i32]);
+        let kn = to16(bf16_values(d, 1.3, 0.8), &[d as i32]);
+        let head = HostAttention::new(&qn, &kn, rope, 1e-6).unwrap().unwrap();
+        let q_gate = to16(
+            bf16_values(len * heads * 2 * d, 2.0, 3.0),
+            &[1, len as i32, (heads * 2 * d) as i32],
+        );
+        let k = to16(
+            bf16_values(len * kv * d, 4.0, 3.0),
+            &[1, len as i32, (kv * d) as i32],
+        );
+        let v = to16(
+            bf16_values(len * kv * d, 6.0, 3.0),
+            &[1, len as i32, (kv * d) as i32],
+        );
+        let (q_ours, k_ours, v_ours) = head
+            .project([&q_gate, &k, &v], heads, d, offset)
+            .unwrap()
+            .unwrap();
+        let both = q_gate.reshape(&[1, len as i32, heads as i32, -1]).unwrap();
+        let q = mlx_rs::ops::split_equal(&both, 2, -1).unwrap()[0].clone();
+        let norm = |x: &Array, w: &Array| {
+            mlx_rs::fast::rms_norm(x, Some(w), 1e-6)
+                .unwrap()
+                .transpose_axes(&[0, 2, 1, 3])
+                .unwrap()
+        };
+        let rot = |x: &Array| crate::nn::rope::apply(x, 16, 10_000.0, Scaling::Linear(1.0), offset);
+        let q = rot(&norm(&q, &qn)).unwrap();
+        let k4 = k.reshape(&[1, len as i32, kv as i32, -1]).unwrap();
+        let keys = rot(&norm(&k4, &kn)).unwrap();
+        let values = v
+            .reshape(&[1, len as i32, kv as i32, -1])
+            .unwrap()
+            .transpose_axes(&[0, 2, 1, 3])
+            .unwrap();
+        let h = |a: &Array| bits(&host_f32(a).unwrap());
+        assert_eq!(h(&q_ours), h(&q), "queries");
+        assert_eq!(h(&k_ours), h(&keys), "keys");
+        assert_eq!(h(&v_ours), h(&values), "values");
+        let grown = append(&k_ours, &v_ours).unwrap();
+        let expected = mlx_rs::ops::concatenate(&[&keys, &values], 2).unwrap();
+        assert_eq!(h(&grown), h(&expected), "append");
+    }
+}
