@@ -16,7 +16,8 @@
 //! state are bit for bit mlx-lm's (docs/cpu.md, "Parity with mlx-lm").
 
 use crate::error::Result;
-use crate::nn::host::host_f32;
+use crate::nn::gated_delta_chunked;
+use crate::nn::host::{self, host_f32};
 use mlx_rs::Array;
 use rayon::prelude::*;
 
@@ -127,6 +128,11 @@ fn head(
     }
 }
 
+/// Steps from which a run with no tape (a prefill: decode and verify never
+/// have this many) goes chunk by chunk ([`gated_delta_chunked`]), in the
+/// f32 arithmetic; MLX's arithmetic keeps mlx-lm's step order.
+pub const CHUNKED_FROM: usize = 64;
+
 /// Runs the recurrence over all steps of `inputs` from `state` `[Hv, Dv,
 /// Dk]`, advanced in place. Returns y `[T, Hv, Dv]` and, when `record`,
 /// every step's d `[T, Hv, Dv]`.
@@ -136,6 +142,9 @@ pub fn record(
     d: Dims,
     record: bool,
 ) -> (Vec<f32>, Option<Vec<f32>>) {
+    if !record && d.steps >= CHUNKED_FROM && host::arithmetic() == host::Arithmetic::F32 {
+        return (gated_delta_chunked::run(inputs, state, d), None);
+    }
     let per_head = d.steps * d.dv;
     let mut y = vec![0f32; d.hv * per_head];
     let mut delta = record.then(|| vec![0f32; d.hv * per_head]);

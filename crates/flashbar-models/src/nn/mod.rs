@@ -4,6 +4,7 @@ pub mod attention;
 pub mod attention_host;
 pub mod gated_delta;
 pub mod gated_delta_checks;
+pub mod gated_delta_chunked;
 pub mod gated_delta_head;
 pub mod gated_delta_host;
 pub mod host;
