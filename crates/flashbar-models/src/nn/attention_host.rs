@@ -194,13 +194,7 @@ pub fn mlx_sin_cos(x: f32) -> (f32, f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use half::bf16;
-
-    fn bf16_values(n: usize, salt: f32, scale: f32) -> Vec<f32> {
-        (0..n)
-            .map(|i| bf16::from_f32(((i as f32 + salt) * 0.618_034).sin() * scale).to_f32())
-            .collect()
-    }
+    use crate::nn::test_values::bf16_values;
 
     fn bits(values: &[f32]) -> Vec<u32> {
         values.iter().map(|v| v.to_bits()).collect()

@@ -23,7 +23,7 @@
 //! output is within rounding of that path (tested to 1e-4), not equal to it.
 //! Plain decoding and DFlash share the prefill, so DFlash stays lossless.
 
-use super::gated_delta_host::{Dims, Inputs};
+use super::gated_delta_host::{from_columns, to_columns, Dims, Inputs};
 use rayon::prelude::*;
 
 /// Steps a chunk.
@@ -93,12 +93,7 @@ fn head(h: usize, d: Dims, inputs: Inputs, state: &mut [f32], y: &mut [f32]) {
     let (dk, dv) = (d.dk, d.dv);
     let key = |t: usize| &k[(t * d.hk + kh) * dk..][..dk];
     let query = |t: usize| &q[(t * d.hk + kh) * dk..][..dk];
-    let mut cols = vec![0f32; dk * dv];
-    for (r, row) in state.chunks_exact(dk).enumerate() {
-        for (j, &s) in row.iter().enumerate() {
-            cols[j * dv + r] = s;
-        }
-    }
+    let mut cols = to_columns(state, dk, dv);
     // Per chunk: u `[C, Dv]`, the decays r `[C, C]` (row i, columns j <= i),
     // gamma `[C]` and the keys' dots `[C, C]`.
     let mut u = vec![0f32; CHUNK * dv];
@@ -162,23 +157,14 @@ fn head(h: usize, d: Dims, inputs: Inputs, state: &mut [f32], y: &mut [f32]) {
         }
         start += n;
     }
-    for (r, row) in state.chunks_exact_mut(dk).enumerate() {
-        for (j, s) in row.iter_mut().enumerate() {
-            *s = cols[j * dv + r];
-        }
-    }
+    from_columns(&cols, state, dk, dv);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::nn::gated_delta_host::record;
-
-    fn values(n: usize, salt: f32, scale: f32) -> Vec<f32> {
-        (0..n)
-            .map(|i| ((i as f32 + salt) * 0.618_034).sin() * scale)
-            .collect()
-    }
+    use crate::nn::test_values::values;
 
     /// The chunked run against the step path on `d`, from a non-zero state:
     /// the largest difference of y and of the final state.

@@ -228,14 +228,8 @@ impl HostHead {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use half::bf16;
+    use crate::nn::test_values::bf16_values;
     use mlx_rs::ops::conv1d;
-
-    fn bf16_values(n: usize, salt: f32, scale: f32) -> Vec<f32> {
-        (0..n)
-            .map(|i| bf16::from_f32(((i as f32 + salt) * 0.618_034).sin() * scale).to_f32())
-            .collect()
-    }
 
     fn bits(a: &Array) -> Vec<u32> {
         host_f32(a).unwrap().iter().map(|v| v.to_bits()).collect()

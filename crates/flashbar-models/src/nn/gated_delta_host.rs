@@ -81,12 +81,7 @@ fn head(
 ) {
     let kh = h / (d.hv / d.hk);
     let (dk, dv) = (d.dk, d.dv);
-    let mut cols = vec![0f32; dk * dv];
-    for (r, row) in state.chunks_exact(dk).enumerate() {
-        for (j, &s) in row.iter().enumerate() {
-            cols[j * dv + r] = s;
-        }
-    }
+    let mut cols = to_columns(state, dk, dv);
     let (mut kv, mut step, mut out) = (vec![0f32; dv], vec![0f32; dv], vec![0f32; dv]);
     for t in 0..d.steps {
         let key = &k[(t * d.hk + kh) * dk..][..dk];
@@ -121,17 +116,34 @@ fn head(
             delta[t * dv..(t + 1) * dv].copy_from_slice(&step);
         }
     }
-    for (r, row) in state.chunks_exact_mut(dk).enumerate() {
-        for (j, s) in row.iter_mut().enumerate() {
-            *s = cols[j * dv + r];
-        }
-    }
+    from_columns(&cols, state, dk, dv);
 }
 
 /// Steps from which a run with no tape (a prefill: decode and verify never
 /// have this many) goes chunk by chunk ([`gated_delta_chunked`]), in the
 /// f32 arithmetic; MLX's arithmetic keeps mlx-lm's step order.
 pub const CHUNKED_FROM: usize = 64;
+
+/// A head's state `[Dv, Dk]` by columns, `[Dk, Dv]`: passes over it then
+/// run along the value rows, innermost, and vectorise.
+pub(super) fn to_columns(state: &[f32], dk: usize, dv: usize) -> Vec<f32> {
+    let mut cols = vec![0f32; dk * dv];
+    for (r, row) in state.chunks_exact(dk).enumerate() {
+        for (j, &s) in row.iter().enumerate() {
+            cols[j * dv + r] = s;
+        }
+    }
+    cols
+}
+
+/// [`to_columns`] undone, into `state`.
+pub(super) fn from_columns(cols: &[f32], state: &mut [f32], dk: usize, dv: usize) {
+    for (r, row) in state.chunks_exact_mut(dk).enumerate() {
+        for (j, s) in row.iter_mut().enumerate() {
+            *s = cols[j * dv + r];
+        }
+    }
+}
 
 /// Runs the recurrence over all steps of `inputs` from `state` `[Hv, Dv,
 /// Dk]`, advanced in place. Returns y `[T, Hv, Dv]` and, when `record`,
@@ -252,12 +264,7 @@ pub fn replay_arrays(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn values(n: usize, salt: f32, scale: f32) -> Vec<f32> {
-        (0..n)
-            .map(|i| ((i as f32 + salt) * 0.618_034).sin() * scale)
-            .collect()
-    }
+    use crate::nn::test_values::values;
 
     const D: Dims = Dims {
         steps: 16,

@@ -12,3 +12,5 @@ pub mod linear;
 pub mod mlp;
 pub mod moe;
 pub mod rope;
+#[cfg(test)]
+mod test_values;
