@@ -133,3 +133,49 @@ def test_every_distillation_cache_is_read_and_shards_never_repeat_a_stream(tmp_p
     assert read_cache(paths[1], meta, 100) is None
     assert len(read_cache(paths[0], meta, 100)) == 5  # cut by its deadline: all it has
     assert len(read_cache(paths[1], meta, 2)) == 2
+
+
+def tiny_target(dtype=None):
+    config = common.hf_config()
+    config["text_config"] = dict(config["text_config"], hidden_size=64, intermediate_size=96,
+                                 num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                                 linear_num_value_heads=2, linear_num_key_heads=1,
+                                 linear_key_head_dim=32, linear_value_head_dim=32, vocab_size=300)
+    mx.random.seed(3)
+    model = common.build_target(config)
+    if dtype is not None:
+        model.set_dtype(dtype)
+    mx.eval(model.parameters())
+    return model
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_torch_generator_follows_the_mlx_target(quantized):
+    """training/torch_distill.py (the GPU's large-batch generator) mirrors
+    mlx-lm's forward: on an f32 target its logits agree to float rounding
+    and its greedy rows are mlx-lm's greedy rows, token for token; sampled
+    rows stay within the prompt's vocabulary."""
+    torch = pytest.importorskip("torch")  # on the GPU machine; not in CI's environment
+    import numpy as np
+    from torch_distill import TorchTarget, generate
+    from train_drafter import distill
+
+    model = tiny_target()
+    if quantized:
+        nn.quantize(model, group_size=32, bits=8)
+        mx.eval(model.parameters())
+    corpus = np.random.default_rng(0).integers(4, 300, 5000).astype(np.int32)
+    ours = TorchTarget(model, "cpu")
+    rows = distill(model, corpus, 3, 8, 12, 3, np.random.default_rng(1), 0.0, sync=True)
+    got = generate(ours, rows[:, :8], 12, np.zeros(3, bool), torch.Generator().manual_seed(0))
+    assert (got == rows).all()
+    # Logits along the same path, position by position.
+    cache = model.make_cache()
+    expected = model(mx.array(rows[:, :-1]), cache=cache)
+    ours.start(3, 20)
+    for pos in range(19):
+        logits = ours.step(torch.from_numpy(rows[:, pos].astype(np.int64)), pos).numpy()
+        assert np.abs(logits - np.array(expected[:, pos])).max() < 1e-4
+    drawn = generate(ours, rows[:, :8], 12, np.ones(3, bool), torch.Generator().manual_seed(0))
+    assert drawn.shape == (3, 20) and ((drawn >= 0) & (drawn < 300)).all()
+    assert (drawn[:, :8] == rows[:, :8]).all()
