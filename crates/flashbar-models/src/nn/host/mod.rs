@@ -25,6 +25,8 @@ use rayon::prelude::*;
 
 mod attention;
 mod columns;
+#[cfg(target_arch = "x86_64")]
+mod columns_x86;
 mod gates;
 mod ops;
 mod rows;
