@@ -92,27 +92,24 @@ host::vectorized! {
             let query = &q[(t * d.hk + kh) * dk..][..dk];
             let values = &v[(t * d.hv + h) * dv..][..dv];
             let (gate, b) = (g[t * d.hv + h], beta[t * d.hv + h]);
-            for s in cols.iter_mut() {
-                *s *= gate;
-            }
+            // Each column decayed, then added into S k (the dots still
+            // summed in key order over decayed values): one pass, not two.
             kv.fill(0.0);
-            for (col, &kj) in cols.chunks_exact(dv).zip(key) {
+            for (col, &kj) in cols.chunks_exact_mut(dv).zip(key) {
                 for (acc, s) in kv.iter_mut().zip(col) {
-                    *acc += s * kj;
+                    *s *= gate;
+                    *acc += *s * kj;
                 }
             }
             for ((st, value), acc) in step.iter_mut().zip(values).zip(&kv) {
                 *st = (value - acc) * b;
             }
-            for (col, &kj) in cols.chunks_exact_mut(dv).zip(key) {
-                for (s, st) in col.iter_mut().zip(&step) {
-                    *s += kj * st;
-                }
-            }
+            // Each column updated, then added into S q, likewise.
             out.fill(0.0);
-            for (col, &qj) in cols.chunks_exact(dv).zip(query) {
-                for (acc, s) in out.iter_mut().zip(col) {
-                    *acc += s * qj;
+            for ((col, &kj), &qj) in cols.chunks_exact_mut(dv).zip(key).zip(query) {
+                for ((acc, s), st) in out.iter_mut().zip(col).zip(&step) {
+                    *s += kj * st;
+                    *acc += *s * qj;
                 }
             }
             y[t * dv..(t + 1) * dv].copy_from_slice(&out);

@@ -331,11 +331,10 @@ pub fn linear_split(x: &Array, weight: &HostMatrix, cols: &[i32]) -> Result<Vec<
     cols.iter()
         .map(|&n| {
             let n = n as usize;
-            let part: Vec<f32> = out
-                .chunks_exact(all)
-                .flat_map(|row| &row[first..first + n])
-                .copied()
-                .collect();
+            let mut part = Vec::with_capacity(out.len() / all * n);
+            for row in out.chunks_exact(all) {
+                part.extend_from_slice(&row[first..first + n]);
+            }
             first += n;
             let mut part_shape = shape.clone();
             *part_shape.last_mut().unwrap() = n as i32;
