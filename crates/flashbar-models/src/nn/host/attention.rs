@@ -134,13 +134,30 @@ pub fn attention(
 ) {
     let dims = (heads, kv_heads, len, total, d);
     each_query(out, d, heads * len * total * d, |index, row| {
-        query_f32(q, k, v, dims, scale, index, row)
+        query_f32(q, k, v, dims, scale, (index, true), row)
+    });
+}
+
+/// [`attention`] without a mask: every query sees all `total` keys (the
+/// DFlash drafter's block, which attends to its context and to the whole
+/// block, docs/dflash.md).
+pub fn full_attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (heads, kv_heads, len, total, d): (usize, usize, usize, usize, usize),
+    scale: f32,
+    out: &mut [f32],
+) {
+    let dims = (heads, kv_heads, len, total, d);
+    each_query(out, d, heads * len * total * d, |index, row| {
+        query_f32(q, k, v, dims, scale, (index, false), row)
     });
 }
 
 vectorized! {
-    /// Query `index` of [`attention`] into `out` (`d` wide). Its scores
-    /// four keys at a time ([`dot4`]: each its own [`dot`]'s bits, the
+    /// Query `at.0` of [`attention`] (or of [`full_attention`]: `at.1`,
+    /// causal, false) into `out` (`d` wide). Its scores four keys at a time ([`dot4`]: each its own [`dot`]'s bits, the
     /// products commuting), so a query's keys share the loop.
     fn query_f32(
         q: &[f32],
@@ -148,14 +165,14 @@ vectorized! {
         v: &[f32],
         dims: (usize, usize, usize, usize, usize),
         scale: f32,
-        index: usize,
+        at: (usize, bool),
         out: &mut [f32],
     ) {
-        let (heads, kv_heads, len, total, d) = dims;
+        let ((heads, kv_heads, len, total, d), (index, causal)) = (dims, at);
         let (h, l) = (index / len, index % len);
         let kv = h / (heads / kv_heads);
         let query = &q[index * d..(index + 1) * d];
-        let visible = total - len + l + 1;
+        let visible = if causal { total - len + l + 1 } else { total };
         let keys = &k[kv * total * d..];
         let values = &v[kv * total * d..];
         let key = |s: usize| &keys[s * d..(s + 1) * d];
