@@ -69,6 +69,8 @@ mod columns_x86;
 mod gates;
 mod ops;
 mod rows;
+#[cfg(target_arch = "x86_64")]
+mod rows_x86;
 #[cfg(test)]
 mod tests;
 

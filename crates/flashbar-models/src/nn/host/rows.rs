@@ -185,6 +185,7 @@ pub fn matmul_nt<W: HostWeight>(x: &[f32], w: &[W], k: usize, out: &mut [f32]) {
     debug_assert_eq!(out.len(), rows * cols);
     // One weight row at a time against every input row (4 at once): each
     // weight is read from memory once per product, the inputs stay in cache.
+    // With AVX-512, four weight rows at a time against four input rows.
     let column = |w_n: &[W], put: &mut dyn FnMut(usize, f32)| {
         let row = |m: usize| &x[m * k..(m + 1) * k];
         let mut m = 0;
@@ -199,10 +200,46 @@ pub fn matmul_nt<W: HostWeight>(x: &[f32], w: &[W], k: usize, out: &mut [f32]) {
             put(m, dot(row(m), w_n));
         }
     };
-    if rows * cols * k < PARALLEL_FROM {
-        for (n, w_n) in w.chunks_exact(k).enumerate() {
-            column(w_n, &mut |m, v| out[m * cols + n] = v);
+    // Weight rows `ws` (a run of them) into `put(m, j, value)`, j counted
+    // from the first of `ws`.
+    let columns = |ws: &[W], put: &mut dyn FnMut(usize, usize, f32)| {
+        let count = ws.len() / k;
+        let (row, wr) = (
+            |m: usize| &x[m * k..(m + 1) * k],
+            |j: usize| &ws[j * k..(j + 1) * k],
+        );
+        let mut j = 0;
+        #[cfg(target_arch = "x86_64")]
+        if rows >= ROW_BLOCK && simd() == Simd::Avx512 {
+            while j + 4 <= count {
+                let mut m = 0;
+                while m + ROW_BLOCK <= rows {
+                    let xs = [row(m), row(m + 1), row(m + 2), row(m + 3)];
+                    // SAFETY: the CPU has AVX-512F (`simd`); every row is k long.
+                    let tile = unsafe {
+                        rows_x86::dot4x4_avx512(xs, [wr(j), wr(j + 1), wr(j + 2), wr(j + 3)])
+                    };
+                    for (c, sums) in tile.iter().enumerate() {
+                        for (r, &sum) in sums.iter().enumerate() {
+                            put(m + r, j + c, sum);
+                        }
+                    }
+                    m += ROW_BLOCK;
+                }
+                for m in m..rows {
+                    for c in 0..4 {
+                        put(m, j + c, dot(row(m), wr(j + c)));
+                    }
+                }
+                j += 4;
+            }
         }
+        for j in j..count {
+            column(wr(j), &mut |m, v| put(m, j, v));
+        }
+    };
+    if rows * cols * k < PARALLEL_FROM {
+        columns(w, &mut |m, j, v| out[m * cols + j] = v);
         return;
     }
     // Threads take blocks of weight rows; each writes its own columns,
@@ -215,9 +252,7 @@ pub fn matmul_nt<W: HostWeight>(x: &[f32], w: &[W], k: usize, out: &mut [f32]) {
             let first = b * block;
             let width = ws.len() / k;
             let mut part = vec![0f32; rows * width];
-            for (j, w_n) in ws.chunks_exact(k).enumerate() {
-                column(w_n, &mut |m, v| part[m * width + j] = v);
-            }
+            columns(ws, &mut |m, j, v| part[m * width + j] = v);
             (first, part)
         })
         .collect();

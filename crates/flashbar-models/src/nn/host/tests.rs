@@ -317,7 +317,14 @@ fn stacked_maps_give_each_maps_own_product() {
 /// thread and on many.
 #[test]
 fn matmul_rows_do_not_depend_on_how_many_there_are() {
-    for (cols, k) in [(8, 384), (1152, 384), (384, 1152), (3000, 64)] {
+    for (cols, k) in [
+        (8, 384),
+        (1152, 384),
+        (384, 1152),
+        (3000, 64),
+        (37, 1000),
+        (6, 17),
+    ] {
         let w = values(cols * k, 3.0);
         let x = values(80 * k, 11.0);
         let single = |m: usize| {
