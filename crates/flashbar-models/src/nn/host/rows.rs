@@ -203,39 +203,12 @@ pub fn matmul_nt<W: HostWeight>(x: &[f32], w: &[W], k: usize, out: &mut [f32]) {
     // Weight rows `ws` (a run of them) into `put(m, j, value)`, j counted
     // from the first of `ws`.
     let columns = |ws: &[W], put: &mut dyn FnMut(usize, usize, f32)| {
-        let count = ws.len() / k;
-        let (row, wr) = (
-            |m: usize| &x[m * k..(m + 1) * k],
-            |j: usize| &ws[j * k..(j + 1) * k],
-        );
-        let mut j = 0;
         #[cfg(target_arch = "x86_64")]
-        if rows >= ROW_BLOCK && simd() == Simd::Avx512 {
-            while j + 4 <= count {
-                let mut m = 0;
-                while m + ROW_BLOCK <= rows {
-                    let xs = [row(m), row(m + 1), row(m + 2), row(m + 3)];
-                    // SAFETY: the CPU has AVX-512F (`simd`); every row is k long.
-                    let tile = unsafe {
-                        rows_x86::dot4x4_avx512(xs, [wr(j), wr(j + 1), wr(j + 2), wr(j + 3)])
-                    };
-                    for (c, sums) in tile.iter().enumerate() {
-                        for (r, &sum) in sums.iter().enumerate() {
-                            put(m + r, j + c, sum);
-                        }
-                    }
-                    m += ROW_BLOCK;
-                }
-                for m in m..rows {
-                    for c in 0..4 {
-                        put(m, j + c, dot(row(m), wr(j + c)));
-                    }
-                }
-                j += 4;
-            }
-        }
-        for j in j..count {
-            column(wr(j), &mut |m, v| put(m, j, v));
+        let done = rows_x86::tiles(x, ws, k, put);
+        #[cfg(not(target_arch = "x86_64"))]
+        let done = 0;
+        for j in done..ws.len() / k {
+            column(&ws[j * k..(j + 1) * k], &mut |m, v| put(m, j, v));
         }
     };
     if rows * cols * k < PARALLEL_FROM {

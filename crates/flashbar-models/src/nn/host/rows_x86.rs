@@ -52,3 +52,46 @@ pub(super) unsafe fn dot4x4_avx512<W: Load8>(xs: [&[f32]; 4], ws: [&[W]; 4]) -> 
     }
     out
 }
+
+/// The weight rows `ws` (`[count, k]`) of [`matmul_nt`] against every row
+/// of `x` in tiles of 4 by 4, where the CPU has AVX-512 and there are 4
+/// rows; the rows past the last whole tile by [`dot`]. `put(m, j, value)`
+/// with j counted from the first of `ws`. Returns how many weight rows it
+/// did (a multiple of 4; the caller does the rest).
+pub(super) fn tiles<W: HostWeight>(
+    x: &[f32],
+    ws: &[W],
+    k: usize,
+    put: &mut dyn FnMut(usize, usize, f32),
+) -> usize {
+    let (rows, count) = (x.len() / k, ws.len() / k);
+    if rows < ROW_BLOCK || simd() != Simd::Avx512 {
+        return 0;
+    }
+    let (row, wr) = (
+        |m: usize| &x[m * k..(m + 1) * k],
+        |j: usize| &ws[j * k..(j + 1) * k],
+    );
+    let mut j = 0;
+    while j + 4 <= count {
+        let mut m = 0;
+        while m + ROW_BLOCK <= rows {
+            let xs = [row(m), row(m + 1), row(m + 2), row(m + 3)];
+            // SAFETY: the CPU has AVX-512F (`simd`); every row is k long.
+            let tile = unsafe { dot4x4_avx512(xs, [wr(j), wr(j + 1), wr(j + 2), wr(j + 3)]) };
+            for (c, sums) in tile.iter().enumerate() {
+                for (r, &sum) in sums.iter().enumerate() {
+                    put(m + r, j + c, sum);
+                }
+            }
+            m += ROW_BLOCK;
+        }
+        for m in m..rows {
+            for c in 0..4 {
+                put(m, j + c, dot(row(m), wr(j + c)));
+            }
+        }
+        j += 4;
+    }
+    j
+}
