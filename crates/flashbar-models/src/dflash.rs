@@ -14,8 +14,9 @@
 use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::dflash_config::DrafterConfig;
+use crate::dflash_host::HostDraft;
 use crate::error::{ModelError, Result};
-use crate::nn::linear::{row_kernels, Fused, Linear, Weights};
+use crate::nn::linear::{row_kernels, Fused, Linear, MatmulPath, Weights};
 use crate::nn::mlp::Mlp;
 use crate::Model;
 use flashbar_mlx::row_invariant;
@@ -27,30 +28,33 @@ use std::path::Path;
 
 pub struct Drafter {
     config: DrafterConfig,
-    fc: Linear,
-    hidden_norm: Array,
-    layers: Vec<DraftLayer>,
-    norm: Array,
+    pub(crate) fc: Linear,
+    pub(crate) hidden_norm: Array,
+    pub(crate) layers: Vec<DraftLayer>,
+    pub(crate) norm: Array,
+    /// The forward's small ops and attention on the host (the CPU path,
+    /// `dflash_host.rs`), when the drafter is one it takes.
+    host: Option<HostDraft>,
 }
 
-struct DraftLayer {
-    attention: DraftAttention,
-    mlp: Mlp,
-    input_layernorm: Array,
-    post_attention_layernorm: Array,
+pub(crate) struct DraftLayer {
+    pub(crate) attention: DraftAttention,
+    pub(crate) mlp: Mlp,
+    pub(crate) input_layernorm: Array,
+    pub(crate) post_attention_layernorm: Array,
 }
 
-struct DraftAttention {
+pub(crate) struct DraftAttention {
     /// `q_proj`, `k_proj`, `v_proj`.
-    qkv: Fused,
-    o_proj: Linear,
-    q_norm: Array,
-    k_norm: Array,
-    heads: i32,
-    kv_heads: i32,
-    head_dim: i32,
-    window: Option<i32>,
-    causal: bool,
+    pub(crate) qkv: Fused,
+    pub(crate) o_proj: Linear,
+    pub(crate) q_norm: Array,
+    pub(crate) k_norm: Array,
+    pub(crate) heads: i32,
+    pub(crate) kv_heads: i32,
+    pub(crate) head_dim: i32,
+    pub(crate) window: Option<i32>,
+    pub(crate) causal: bool,
     /// Unmasked blocks through our CUDA attention kernel: MLX's block
     /// attention builds a cuDNN plan for every new context length, and each
     /// round's is new (docs/gpu.md).
@@ -60,17 +64,17 @@ struct DraftAttention {
 /// One layer's context keys/values `[B, kv_heads, rows, head_dim]`; the rows
 /// are the most recent context positions (all of them, or a window's tail).
 #[derive(Clone, Default)]
-struct ContextKv {
-    keys: Option<Array>,
-    values: Option<Array>,
+pub(crate) struct ContextKv {
+    pub(crate) keys: Option<Array>,
+    pub(crate) values: Option<Array>,
 }
 
 /// The drafter's context cache: what it has seen of the committed sequence.
 #[derive(Clone, Default)]
 pub struct DraftCache {
-    layers: Vec<ContextKv>,
+    pub(crate) layers: Vec<ContextKv>,
     /// Committed positions fed so far (the absolute position of the next one).
-    positions: i32,
+    pub(crate) positions: i32,
 }
 
 impl DraftCache {
@@ -85,6 +89,7 @@ impl Drafter {
         let (config, checkpoint) = Self::check(dir, target.config())?;
         let arrays = checkpoint.load()?;
         let mut weights = Weights::new(arrays, config.quantization.clone());
+        let host_maps = weights.matmul_path() == MatmulPath::Host;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
             let p = format!("layers.{i}");
@@ -111,16 +116,18 @@ impl Drafter {
                     .take(&format!("{p}.post_attention_layernorm.weight"))?,
             });
         }
-        let drafter = Drafter {
+        let mut drafter = Drafter {
             fc: Linear::load(&mut weights, "fc")?,
             hidden_norm: weights.take("hidden_norm.weight")?,
             norm: weights.take("norm.weight")?,
             layers,
             config,
+            host: None,
         };
         if let Some(extra) = weights.leftover() {
             return Err(ModelError::UnexpectedTensor(extra.clone()));
         }
+        drafter.host = HostDraft::new(&drafter, host_maps)?;
         Ok(drafter)
     }
 
@@ -175,6 +182,11 @@ impl Drafter {
         taps: &Array,
         cache: &mut DraftCache,
     ) -> Result<Array> {
+        if let Some(host) = &self.host {
+            if let Some(logits) = host.forward(self, target, block, taps, cache)? {
+                return self.scale_logits(logits);
+            }
+        }
         let c = &self.config;
         let mut h = target.embed(block)?;
         if c.input_embedding_scale != 1.0 {
@@ -194,7 +206,25 @@ impl Drafter {
         }
         cache.positions += taps.shape()[1];
         let h = rms_norm(h.index((.., 1..)), Some(&self.norm), c.rms_norm_eps)?;
-        let mut logits = target.lm_head(&h)?;
+        self.scale_logits(target.lm_head(&h)?)
+    }
+
+    /// Whether the forward runs on the host path (`dflash_host.rs`).
+    pub fn is_host(&self) -> bool {
+        self.host.is_some()
+    }
+
+    /// The forward on MLX's ops alone, as before the host path (the tests
+    /// compare the two).
+    #[cfg(test)]
+    pub(crate) fn without_host(mut self) -> Self {
+        self.host = None;
+        self
+    }
+
+    /// The config's output multiplier and soft cap on the lm_head's logits.
+    fn scale_logits(&self, mut logits: Array) -> Result<Array> {
+        let c = &self.config;
         if c.output_multiplier != 1.0 {
             logits =
                 logits.multiply(Array::from_f32(c.output_multiplier).as_dtype(logits.dtype())?)?;

@@ -79,10 +79,8 @@ impl HostAttention {
         }
         let mut keys = by_heads(&host_f32(k)?, len, kv_heads, d);
         let values = by_heads(&host_f32(v)?, len, kv_heads, d);
-        host::norm_rows(&mut q, &self.q_norm, self.eps, true);
-        host::norm_rows(&mut keys, &self.k_norm, self.eps, true);
-        self.rotate(&mut q, len, d, offset);
-        self.rotate(&mut keys, len, d, offset);
+        self.queries(&mut q, len, d, offset);
+        self.keys(&mut keys, len, d, offset);
         let array = |values: &[f32], h: usize| {
             host::from_f32(
                 values,
@@ -95,6 +93,19 @@ impl HostAttention {
             array(&keys, kv_heads)?,
             array(&values, kv_heads)?,
         )))
+    }
+
+    /// Query rows `[heads, len, d]` (bf16 values) normed and rotated in
+    /// place, for positions `offset..`.
+    pub fn queries(&self, q: &mut [f32], len: usize, d: usize, offset: i32) {
+        host::norm_rows(q, &self.q_norm, self.eps, true);
+        self.rotate(q, len, d, offset);
+    }
+
+    /// [`Self::queries`] for key rows, by the key norm.
+    pub fn keys(&self, k: &mut [f32], len: usize, d: usize, offset: i32) {
+        host::norm_rows(k, &self.k_norm, self.eps, true);
+        self.rotate(k, len, d, offset);
     }
 
     /// RoPE in place over rows `[heads, len, d]` at positions `offset..`.
@@ -122,7 +133,7 @@ impl HostAttention {
 }
 
 /// `[L, heads, d]` rows to `[heads, L, d]`.
-fn by_heads(x: &[f32], len: usize, heads: usize, d: usize) -> Vec<f32> {
+pub fn by_heads(x: &[f32], len: usize, heads: usize, d: usize) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];
     for l in 0..len {
         for h in 0..heads {

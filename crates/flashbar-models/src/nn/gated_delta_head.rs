@@ -103,24 +103,26 @@ impl HostHead {
     }
 }
 
-/// The causal depthwise conv over `input` `[K-1+T, C]` by `w` `[C, K]`,
-/// each output the taps' products summed in order from zero and rounded
-/// to bf16, then mlx-rs's silu in bf16: `[T, C]`.
-pub fn conv_silu(input: &[f32], w: &[f32], kernel: usize, c: usize) -> Vec<f32> {
-    let t = input.len() / c + 1 - kernel;
-    let mut out = vec![0f32; t * c];
-    for (i, row) in out.chunks_exact_mut(c).enumerate() {
-        for (ch, o) in row.iter_mut().enumerate() {
-            let mut sum = 0f32;
-            for j in 0..kernel {
-                sum += input[(i + j) * c + ch] * w[ch * kernel + j];
+host::vectorized! {
+    /// The causal depthwise conv over `input` `[K-1+T, C]` by `w` `[C, K]`,
+    /// each output the taps' products summed in order from zero and rounded
+    /// to bf16, then mlx-rs's silu in bf16: `[T, C]`.
+    pub fn conv_silu(input: &[f32], w: &[f32], kernel: usize, c: usize) -> Vec<f32> {
+        let t = input.len() / c + 1 - kernel;
+        let mut out = vec![0f32; t * c];
+        for (i, row) in out.chunks_exact_mut(c).enumerate() {
+            for (ch, o) in row.iter_mut().enumerate() {
+                let mut sum = 0f32;
+                for j in 0..kernel {
+                    sum += input[(i + j) * c + ch] * w[ch * kernel + j];
+                }
+                *o = round_bf16(sum);
             }
-            *o = round_bf16(sum);
         }
+        let ones = vec![0f32; out.len()];
+        host::zip_with(&mut out, &ones, |x, _| host::silu(x, true));
+        out
     }
-    let ones = vec![0f32; out.len()];
-    host::zip_with(&mut out, &ones, |x, _| host::silu(x, true));
-    out
 }
 
 /// mlx-lm's q/k norm in bf16: per `dk`-wide row, MLX's RMS norm without a

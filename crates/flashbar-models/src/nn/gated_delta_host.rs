@@ -65,58 +65,60 @@ type HeadJob<'a> = (
 /// Heads times steps times state size below which one thread runs it.
 const PARALLEL_FROM: usize = 1 << 17;
 
-/// One value head over every step. `state` is that head's `[Dv, Dk]`;
-/// `y` and `delta` its rows `[T, Dv]` (laid out per head, gathered after).
-/// The state is worked on by columns (`[Dk, Dv]`): every loop runs over
-/// the rows innermost, so it vectorises, while each row still decays, dots
-/// (in key order, from zero) and updates exactly as written in the module
-/// comment.
-fn head(
-    h: usize,
-    d: Dims,
-    Inputs { q, k, v, g, beta }: Inputs,
-    state: &mut [f32],
-    y: &mut [f32],
-    mut delta: Option<&mut [f32]>,
-) {
-    let kh = h / (d.hv / d.hk);
-    let (dk, dv) = (d.dk, d.dv);
-    let mut cols = to_columns(state, dk, dv);
-    let (mut kv, mut step, mut out) = (vec![0f32; dv], vec![0f32; dv], vec![0f32; dv]);
-    for t in 0..d.steps {
-        let key = &k[(t * d.hk + kh) * dk..][..dk];
-        let query = &q[(t * d.hk + kh) * dk..][..dk];
-        let values = &v[(t * d.hv + h) * dv..][..dv];
-        let (gate, b) = (g[t * d.hv + h], beta[t * d.hv + h]);
-        for s in cols.iter_mut() {
-            *s *= gate;
-        }
-        kv.fill(0.0);
-        for (col, &kj) in cols.chunks_exact(dv).zip(key) {
-            for (acc, s) in kv.iter_mut().zip(col) {
-                *acc += s * kj;
+host::vectorized! {
+    /// One value head over every step. `state` is that head's `[Dv, Dk]`;
+    /// `y` and `delta` its rows `[T, Dv]` (laid out per head, gathered after).
+    /// The state is worked on by columns (`[Dk, Dv]`): every loop runs over
+    /// the rows innermost, so it vectorises, while each row still decays, dots
+    /// (in key order, from zero) and updates exactly as written in the module
+    /// comment. Compiled for wide registers where the CPU has them
+    /// ([`host::vectorized`]: the same bits).
+    fn head(
+        h: usize,
+        d: Dims,
+        inputs: Inputs,
+        state: &mut [f32],
+        y: &mut [f32],
+        delta: Option<&mut [f32]>,
+    ) {
+        let Inputs { q, k, v, g, beta } = inputs;
+        let mut delta = delta;
+        let kh = h / (d.hv / d.hk);
+        let (dk, dv) = (d.dk, d.dv);
+        let mut cols = to_columns(state, dk, dv);
+        let (mut kv, mut step, mut out) = (vec![0f32; dv], vec![0f32; dv], vec![0f32; dv]);
+        for t in 0..d.steps {
+            let key = &k[(t * d.hk + kh) * dk..][..dk];
+            let query = &q[(t * d.hk + kh) * dk..][..dk];
+            let values = &v[(t * d.hv + h) * dv..][..dv];
+            let (gate, b) = (g[t * d.hv + h], beta[t * d.hv + h]);
+            // Each column decayed, then added into S k (the dots still
+            // summed in key order over decayed values): one pass, not two.
+            kv.fill(0.0);
+            for (col, &kj) in cols.chunks_exact_mut(dv).zip(key) {
+                for (acc, s) in kv.iter_mut().zip(col) {
+                    *s *= gate;
+                    *acc += *s * kj;
+                }
+            }
+            for ((st, value), acc) in step.iter_mut().zip(values).zip(&kv) {
+                *st = (value - acc) * b;
+            }
+            // Each column updated, then added into S q, likewise.
+            out.fill(0.0);
+            for ((col, &kj), &qj) in cols.chunks_exact_mut(dv).zip(key).zip(query) {
+                for ((acc, s), st) in out.iter_mut().zip(col).zip(&step) {
+                    *s += kj * st;
+                    *acc += *s * qj;
+                }
+            }
+            y[t * dv..(t + 1) * dv].copy_from_slice(&out);
+            if let Some(delta) = delta.as_deref_mut() {
+                delta[t * dv..(t + 1) * dv].copy_from_slice(&step);
             }
         }
-        for ((st, value), acc) in step.iter_mut().zip(values).zip(&kv) {
-            *st = (value - acc) * b;
-        }
-        for (col, &kj) in cols.chunks_exact_mut(dv).zip(key) {
-            for (s, st) in col.iter_mut().zip(&step) {
-                *s += kj * st;
-            }
-        }
-        out.fill(0.0);
-        for (col, &qj) in cols.chunks_exact(dv).zip(query) {
-            for (acc, s) in out.iter_mut().zip(col) {
-                *acc += s * qj;
-            }
-        }
-        y[t * dv..(t + 1) * dv].copy_from_slice(&out);
-        if let Some(delta) = delta.as_deref_mut() {
-            delta[t * dv..(t + 1) * dv].copy_from_slice(&step);
-        }
+        from_columns(&cols, state, dk, dv);
     }
-    from_columns(&cols, state, dk, dv);
 }
 
 /// Steps from which a run with no tape (a prefill: decode and verify never
@@ -187,21 +189,23 @@ pub fn record(
     (to_steps(y), delta.map(to_steps))
 }
 
-/// The state after the first `steps` recorded steps, from the state before
-/// them: S[r] <- g S[r]; S[r] <- S[r] + d k, exactly as [`record`] did.
-pub fn replay(state: &mut [f32], k: &[f32], g: &[f32], delta: &[f32], d: Dims, steps: usize) {
-    for (h, head_state) in state.chunks_exact_mut(d.dv * d.dk).enumerate() {
-        let kh = h / (d.hv / d.hk);
-        for t in 0..steps {
-            let key = &k[(t * d.hk + kh) * d.dk..][..d.dk];
-            let gate = g[t * d.hv + h];
-            for (r, row) in head_state.chunks_exact_mut(d.dk).enumerate() {
-                for s in row.iter_mut() {
-                    *s *= gate;
-                }
-                let step = delta[(t * d.hv + h) * d.dv + r];
-                for (s, kk) in row.iter_mut().zip(key) {
-                    *s += kk * step;
+host::vectorized! {
+    /// The state after the first `steps` recorded steps, from the state before
+    /// them: S[r] <- g S[r]; S[r] <- S[r] + d k, exactly as [`record`] did.
+    pub fn replay(state: &mut [f32], k: &[f32], g: &[f32], delta: &[f32], d: Dims, steps: usize) {
+        for (h, head_state) in state.chunks_exact_mut(d.dv * d.dk).enumerate() {
+            let kh = h / (d.hv / d.hk);
+            for t in 0..steps {
+                let key = &k[(t * d.hk + kh) * d.dk..][..d.dk];
+                let gate = g[t * d.hv + h];
+                for (r, row) in head_state.chunks_exact_mut(d.dk).enumerate() {
+                    for s in row.iter_mut() {
+                        *s *= gate;
+                    }
+                    let step = delta[(t * d.hv + h) * d.dv + r];
+                    for (s, kk) in row.iter_mut().zip(key) {
+                        *s += kk * step;
+                    }
                 }
             }
         }

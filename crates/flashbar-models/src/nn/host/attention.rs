@@ -67,11 +67,28 @@ pub fn attention_bf16(
     scale: f32,
     out: &mut [f32],
 ) {
-    let group = heads / kv_heads;
+    let dims = (heads, kv_heads, len, total, d);
     let scale = round_bf16(scale);
-    let one = |index: usize, out: &mut [f32]| {
+    each_query(out, d, heads * len * total * d, |index, row| {
+        query_bf16(q, k, v, dims, scale, index, row)
+    });
+}
+
+vectorized! {
+    /// Query `index` of [`attention_bf16`] into `out` (`d` wide); `scale`
+    /// already rounded to bf16.
+    fn query_bf16(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dims: (usize, usize, usize, usize, usize),
+        scale: f32,
+        index: usize,
+        out: &mut [f32],
+    ) {
+        let (heads, kv_heads, len, total, d) = dims;
         let (h, l) = (index / len, index % len);
-        let kv = h / group;
+        let kv = h / (heads / kv_heads);
         let query: Vec<f32> = q[index * d..(index + 1) * d]
             .iter()
             .map(|x| round_bf16(x * scale))
@@ -98,8 +115,7 @@ pub fn attention_bf16(
         for o in out.iter_mut() {
             *o = round_bf16(*o);
         }
-    };
-    each_query(out, d, heads * len * total * d, one);
+    }
 }
 
 /// Causal attention of `q` `[heads, len, d]` over `k`, `v` `[kv_heads,
@@ -116,17 +132,62 @@ pub fn attention(
     scale: f32,
     out: &mut [f32],
 ) {
-    let group = heads / kv_heads;
-    let one = |index: usize, out: &mut [f32]| {
+    let dims = (heads, kv_heads, len, total, d);
+    each_query(out, d, heads * len * total * d, |index, row| {
+        query_f32(q, k, v, dims, scale, (index, true), row)
+    });
+}
+
+/// [`attention`] without a mask: every query sees all `total` keys (the
+/// DFlash drafter's block, which attends to its context and to the whole
+/// block, docs/dflash.md).
+pub fn full_attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (heads, kv_heads, len, total, d): (usize, usize, usize, usize, usize),
+    scale: f32,
+    out: &mut [f32],
+) {
+    let dims = (heads, kv_heads, len, total, d);
+    each_query(out, d, heads * len * total * d, |index, row| {
+        query_f32(q, k, v, dims, scale, (index, false), row)
+    });
+}
+
+vectorized! {
+    /// Query `at.0` of [`attention`] (or of [`full_attention`]: `at.1`,
+    /// causal, false) into `out` (`d` wide). Its scores four keys at a time ([`dot4`]: each its own [`dot`]'s bits, the
+    /// products commuting), so a query's keys share the loop.
+    fn query_f32(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dims: (usize, usize, usize, usize, usize),
+        scale: f32,
+        at: (usize, bool),
+        out: &mut [f32],
+    ) {
+        let ((heads, kv_heads, len, total, d), (index, causal)) = (dims, at);
         let (h, l) = (index / len, index % len);
-        let kv = h / group;
+        let kv = h / (heads / kv_heads);
         let query = &q[index * d..(index + 1) * d];
-        let visible = total - len + l + 1;
+        let visible = if causal { total - len + l + 1 } else { total };
         let keys = &k[kv * total * d..];
         let values = &v[kv * total * d..];
-        let mut scores: Vec<f32> = (0..visible)
-            .map(|s| dot(query, &keys[s * d..(s + 1) * d]) * scale)
-            .collect();
+        let key = |s: usize| &keys[s * d..(s + 1) * d];
+        let mut scores = vec![0f32; visible];
+        let mut s = 0;
+        while s + 4 <= visible {
+            let four = dot4([key(s), key(s + 1), key(s + 2), key(s + 3)], query);
+            for (score, dot) in scores[s..s + 4].iter_mut().zip(four) {
+                *score = dot * scale;
+            }
+            s += 4;
+        }
+        for (score, s) in scores[s..].iter_mut().zip(s..) {
+            *score = dot(query, key(s)) * scale;
+        }
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut sum = 0f32;
         for score in &mut scores {
@@ -142,8 +203,7 @@ pub fn attention(
         for o in out.iter_mut() {
             *o /= sum;
         }
-    };
-    each_query(out, d, heads * len * total * d, one);
+    }
 }
 
 /// `one(index, row)` for each `d`-wide output row: on this thread when the

@@ -48,127 +48,6 @@ pub(super) fn round_bf16_finite(x: f32) -> f32 {
     f32::from_bits(u.wrapping_add(0x7FFF + ((u >> 16) & 1)) & 0xFFFF_0000)
 }
 
-/// [`round_bf16_finite`] of eight lanes.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(super) unsafe fn round8(v: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
-    use std::arch::x86_64::*;
-    let u = _mm256_castps_si256(v);
-    let lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    let u = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb);
-    _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(-65536)))
-}
-
-/// `B` registers of eight columns from column `c0` (a multiple of eight)
-/// of `R` rows (`rows`, each `k` long in `x`): lane j of a register sums
-/// exactly as [`column_scalar`] does for its column, so the bits are the
-/// same. Writes `8 B` outputs per row into `out` (`[.., out_cols]`) from
-/// column `out_c0`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn strip_avx2<const R: usize, const B: usize, const ROUND: bool>(
-    x: &[f32],
-    k: usize,
-    rows: [usize; R],
-    w: &[bf16],
-    c0: usize,
-    out: &mut [f32],
-    out_cols: usize,
-    out_c0: usize,
-) {
-    use std::arch::x86_64::*;
-    let start = |b: usize| {
-        let col = c0 + 8 * b;
-        col / PANEL * k * PANEL + col % PANEL
-    };
-    assert!(c0.is_multiple_of(8) && start(B - 1) + (k - 1) * PANEL + 8 <= w.len());
-    assert!(out_c0 + 8 * B <= out_cols);
-    let mut acc = [[_mm256_setzero_ps(); B]; R];
-    let xs = rows.map(|r| x[r * k..(r + 1) * k].as_ptr());
-    let from: [*const half::bf16; B] = std::array::from_fn(|b| w.as_ptr().add(start(b)));
-    for i in 0..k {
-        let ws: [__m256; B] =
-            std::array::from_fn(|b| <half::bf16 as Load8>::load8(from[b].add(i * PANEL)));
-        for r in 0..R {
-            let xb = _mm256_set1_ps(*xs[r].add(i));
-            for b in 0..B {
-                let p = _mm256_mul_ps(xb, ws[b]);
-                acc[r][b] = if ROUND {
-                    round8(_mm256_add_ps(acc[r][b], round8(p)))
-                } else {
-                    _mm256_add_ps(acc[r][b], p)
-                };
-            }
-        }
-    }
-    for (row, sums) in rows.iter().zip(&acc) {
-        assert!((row + 1) * out_cols <= out.len());
-        for (b, sum) in sums.iter().enumerate() {
-            let at = row * out_cols + out_c0 + 8 * b;
-            _mm256_storeu_ps(out.as_mut_ptr().add(at), *sum);
-        }
-    }
-}
-
-/// [`round_bf16_finite`] of sixteen lanes.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(super) unsafe fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
-    use std::arch::x86_64::*;
-    let u = _mm512_castps_si512(v);
-    let lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    let u = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb);
-    _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(-65536)))
-}
-
-/// [`strip_avx2`] with sixteen-lane registers, one panel each, from panel
-/// `p0`: the same operations per lane, so the same bits.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn strip_avx512<const R: usize, const B: usize, const ROUND: bool>(
-    x: &[f32],
-    k: usize,
-    rows: [usize; R],
-    w: &[bf16],
-    p0: usize,
-    out: &mut [f32],
-    out_cols: usize,
-    out_c0: usize,
-) {
-    use std::arch::x86_64::*;
-    assert!((p0 + B) * k * PANEL <= w.len() && out_c0 + PANEL * B <= out_cols);
-    let mut acc = [[_mm512_setzero_ps(); B]; R];
-    let xs = rows.map(|r| x[r * k..(r + 1) * k].as_ptr());
-    let from: [*const half::bf16; B] =
-        std::array::from_fn(|b| w.as_ptr().add((p0 + b) * k * PANEL));
-    for i in 0..k {
-        let ws: [__m512; B] = std::array::from_fn(|b| {
-            let halves = _mm256_loadu_si256(from[b].add(i * PANEL) as *const __m256i);
-            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16))
-        });
-        for r in 0..R {
-            let xb = _mm512_set1_ps(*xs[r].add(i));
-            for b in 0..B {
-                let p = _mm512_mul_ps(xb, ws[b]);
-                acc[r][b] = if ROUND {
-                    round16(_mm512_add_ps(acc[r][b], round16(p)))
-                } else {
-                    _mm512_add_ps(acc[r][b], p)
-                };
-            }
-        }
-    }
-    for (row, sums) in rows.iter().zip(&acc) {
-        assert!((row + 1) * out_cols <= out.len());
-        for (b, sum) in sums.iter().enumerate() {
-            let at = row * out_cols + out_c0 + PANEL * b;
-            _mm512_storeu_ps(out.as_mut_ptr().add(at), *sum);
-        }
-    }
-}
-
 /// Which vector kernels [`columns_range`] runs: set at run time, the same
 /// bits whichever runs (`FLASHBAR_HOST_SIMD=avx2|scalar` forces a narrower
 /// one, for the tests that compare them).
@@ -218,52 +97,17 @@ pub(super) fn columns_range(
 ) {
     let rows = x.len() / k;
     let width = c1 - c0;
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
-    let mut c = c0;
     #[cfg(target_arch = "x86_64")]
-    {
-        macro_rules! strip {
-            ($kernel:ident, $r:expr, $b:expr, $rows:expr, $at:expr) => {
-                // SAFETY: the CPU has the kernel's features (`simd`); its
-                // columns and outputs are checked inside `w` and `out` by
-                // its asserts.
-                unsafe {
-                    match sum {
-                        ColumnSum::Bf16 => {
-                            $kernel::<$r, $b, true>(x, k, $rows, w, $at, out, width, c - c0)
-                        }
-                        ColumnSum::F32 => {
-                            $kernel::<$r, $b, false>(x, k, $rows, w, $at, out, width, c - c0)
-                        }
-                    }
-                }
-            };
-        }
-        // Four rows by two registers, or one row by four: eight sums in flight.
-        let step = if kernels == Simd::Avx512 { PANEL } else { 8 };
-        while kernels != Simd::Scalar && c + 2 * step <= c1 {
-            let wide = rows < ROW_BLOCK && c + 4 * step <= c1;
-            let mut m = 0;
-            while m + ROW_BLOCK <= rows {
-                match kernels {
-                    Simd::Avx512 => strip!(strip_avx512, 4, 2, [m, m + 1, m + 2, m + 3], c / PANEL),
-                    _ => strip!(strip_avx2, 4, 2, [m, m + 1, m + 2, m + 3], c),
-                }
-                m += ROW_BLOCK;
-            }
-            for m in m..rows {
-                match (kernels, wide) {
-                    (Simd::Avx512, true) => strip!(strip_avx512, 1, 4, [m], c / PANEL),
-                    (Simd::Avx512, false) => strip!(strip_avx512, 1, 2, [m], c / PANEL),
-                    (_, true) => strip!(strip_avx2, 1, 4, [m], c),
-                    (_, false) => strip!(strip_avx2, 1, 2, [m], c),
-                }
-            }
-            c += if wide { 4 * step } else { 2 * step };
-        }
-    }
+    let c = match kernels {
+        Simd::Avx512 => columns_x86::range_avx512(x, k, w, (c0, c1), sum, out),
+        Simd::Avx2 => columns_x86::range_avx2(x, k, w, (c0, c1), sum, out),
+        Simd::Scalar => c0,
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = kernels;
+    let c = {
+        let _ = kernels;
+        c0
+    };
     for m in 0..rows {
         let row = &x[m * k..(m + 1) * k];
         for col in c..c1 {

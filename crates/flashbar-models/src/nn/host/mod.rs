@@ -23,11 +23,54 @@ use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Dtype};
 use rayon::prelude::*;
 
+/// `fn $name` whose body is compiled twice, for the baseline (SSE2) and
+/// with AVX2 and FMA, the second taken where the CPU has them: the loops
+/// of the host ops, the recurrence and attention then run on 8-lane
+/// registers, and `mul_add` is one instruction instead of a library call.
+/// Rust never fuses a multiply and an add on its own and the loops are
+/// elementwise or summed in a fixed order, so both give the same bits
+/// (docs/cpu.md, "Host ops").
+macro_rules! vectorized {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$meta])*
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn body($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn wide($($arg: $ty),*) $(-> $ret)? {
+                    body($($arg),*)
+                }
+                if $crate::nn::host::avx2_fma() {
+                    // SAFETY: the CPU has AVX2 and FMA (checked just above).
+                    return unsafe { wide($($arg),*) };
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
+pub(crate) use vectorized;
+
+/// Whether this CPU runs [`vectorized`] bodies with AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx2_fma() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    })
+}
+
 mod attention;
 mod columns;
+#[cfg(target_arch = "x86_64")]
+mod columns_x86;
 mod gates;
 mod ops;
 mod rows;
+#[cfg(target_arch = "x86_64")]
+mod rows_x86;
 #[cfg(test)]
 mod tests;
 
@@ -92,7 +135,7 @@ pub fn host_f32(array: &Array) -> Result<Vec<f32>> {
     match array.dtype() {
         Dtype::Bfloat16 => {
             if let Ok(values) = array.try_as_slice::<bf16>() {
-                return Ok(values.iter().map(|v| v.widen()).collect());
+                return Ok(widen_all(values));
             }
         }
         Dtype::Float32 => {
@@ -113,15 +156,26 @@ pub fn host_f32(array: &Array) -> Result<Vec<f32>> {
 pub fn from_f32(values: &[f32], shape: &[i32], dtype: Dtype) -> Result<Array> {
     Ok(match dtype {
         Dtype::Float32 => Array::from_slice(values, shape),
-        Dtype::Bfloat16 => {
-            let rounded: Vec<bf16> = values
-                .iter()
-                .map(|&v| bf16::from_bits((round_bf16(v).to_bits() >> 16) as u16))
-                .collect();
-            Array::from_slice(&rounded, shape)
-        }
+        Dtype::Bfloat16 => Array::from_slice(&round_all(values), shape),
         _ => Array::from_slice(values, shape).as_dtype(dtype)?,
     })
+}
+
+vectorized! {
+    /// bf16 values widened to f32 (exactly).
+    fn widen_all(values: &[bf16]) -> Vec<f32> {
+        values.iter().map(|v| v.widen()).collect()
+    }
+}
+
+vectorized! {
+    /// f32 values rounded to bf16 as MLX's cast rounds ([`round_bf16`]).
+    fn round_all(values: &[f32]) -> Vec<bf16> {
+        values
+            .iter()
+            .map(|&v| bf16::from_bits((round_bf16(v).to_bits() >> 16) as u16))
+            .collect()
+    }
 }
 
 /// A linear map's weights as the host kernels hold them: evaluated,
@@ -279,11 +333,10 @@ pub fn linear_split(x: &Array, weight: &HostMatrix, cols: &[i32]) -> Result<Vec<
     cols.iter()
         .map(|&n| {
             let n = n as usize;
-            let part: Vec<f32> = out
-                .chunks_exact(all)
-                .flat_map(|row| &row[first..first + n])
-                .copied()
-                .collect();
+            let mut part = Vec::with_capacity(out.len() / all * n);
+            for row in out.chunks_exact(all) {
+                part.extend_from_slice(&row[first..first + n]);
+            }
             first += n;
             let mut part_shape = shape.clone();
             *part_shape.last_mut().unwrap() = n as i32;

@@ -79,19 +79,21 @@ pub fn norm_type(x: Dtype, w: Dtype) -> Option<Dtype> {
     }
 }
 
-/// [`rms_norm`] in place over rows of `w`'s width, the results rounded to
-/// bf16 when `round`.
-pub fn norm_rows(values: &mut [f32], w: &HostVector, eps: f32, round: bool) {
-    let d = w.values.len();
-    let inv_n = (1.0f64 / d as f64) as f32;
-    for row in values.chunks_exact_mut(d) {
-        let mut squares = 0f32;
-        for &v in row.iter() {
-            squares += v * v;
-        }
-        let r = 1.0f32 / (squares * inv_n + eps).sqrt();
-        for (v, &wv) in row.iter_mut().zip(&w.values) {
-            *v = store(store(*v * r, round) * wv, round);
+vectorized! {
+    /// [`rms_norm`] in place over rows of `w`'s width, the results rounded to
+    /// bf16 when `round`.
+    pub fn norm_rows(values: &mut [f32], w: &HostVector, eps: f32, round: bool) {
+        let d = w.values.len();
+        let inv_n = (1.0f64 / d as f64) as f32;
+        for row in values.chunks_exact_mut(d) {
+            let mut squares = 0f32;
+            for &v in row.iter() {
+                squares += v * v;
+            }
+            let r = 1.0f32 / (squares * inv_n + eps).sqrt();
+            for (v, &wv) in row.iter_mut().zip(&w.values) {
+                *v = store(store(*v * r, round) * wv, round);
+            }
         }
     }
 }

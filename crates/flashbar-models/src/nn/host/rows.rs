@@ -185,6 +185,7 @@ pub fn matmul_nt<W: HostWeight>(x: &[f32], w: &[W], k: usize, out: &mut [f32]) {
     debug_assert_eq!(out.len(), rows * cols);
     // One weight row at a time against every input row (4 at once): each
     // weight is read from memory once per product, the inputs stay in cache.
+    // With AVX-512, four weight rows at a time against four input rows.
     let column = |w_n: &[W], put: &mut dyn FnMut(usize, f32)| {
         let row = |m: usize| &x[m * k..(m + 1) * k];
         let mut m = 0;
@@ -199,10 +200,19 @@ pub fn matmul_nt<W: HostWeight>(x: &[f32], w: &[W], k: usize, out: &mut [f32]) {
             put(m, dot(row(m), w_n));
         }
     };
-    if rows * cols * k < PARALLEL_FROM {
-        for (n, w_n) in w.chunks_exact(k).enumerate() {
-            column(w_n, &mut |m, v| out[m * cols + n] = v);
+    // Weight rows `ws` (a run of them) into `put(m, j, value)`, j counted
+    // from the first of `ws`.
+    let columns = |ws: &[W], put: &mut dyn FnMut(usize, usize, f32)| {
+        #[cfg(target_arch = "x86_64")]
+        let done = rows_x86::tiles(x, ws, k, put);
+        #[cfg(not(target_arch = "x86_64"))]
+        let done = 0;
+        for j in done..ws.len() / k {
+            column(&ws[j * k..(j + 1) * k], &mut |m, v| put(m, j, v));
         }
+    };
+    if rows * cols * k < PARALLEL_FROM {
+        columns(w, &mut |m, j, v| out[m * cols + j] = v);
         return;
     }
     // Threads take blocks of weight rows; each writes its own columns,
@@ -215,9 +225,7 @@ pub fn matmul_nt<W: HostWeight>(x: &[f32], w: &[W], k: usize, out: &mut [f32]) {
             let first = b * block;
             let width = ws.len() / k;
             let mut part = vec![0f32; rows * width];
-            for (j, w_n) in ws.chunks_exact(k).enumerate() {
-                column(w_n, &mut |m, v| part[m * width + j] = v);
-            }
+            columns(ws, &mut |m, j, v| part[m * width + j] = v);
             (first, part)
         })
         .collect();

@@ -27,15 +27,38 @@ fn host(a: &Array) -> Vec<f32> {
 }
 
 /// Every vector kernel, at every blocking and tail, gives its scalar
-/// reference's bits: AVX-512, AVX2 and scalar machines agree.
+/// reference's bits: AVX-512, AVX2 and scalar machines agree, and so row
+/// i of an M-row product is the 1-row product of row i for every M (the
+/// row blocks of 16, 8, 4 and 1, and an odd panel at the end).
 #[test]
 fn column_kernels_equal_their_scalar_reference() {
+    column_kernels_at(&[(16, 64), (100, 37), (4096, 24), (72, 384), (48, 40)]);
+}
+
+/// [`column_kernels_equal_their_scalar_reference`] at the embedded pair's
+/// shapes, fused as loaded (docs/cpu.md, "The host kernels"): a gated-delta
+/// layer's in_proj and out_proj, attention's qkv and o_proj, the MLP's
+/// gate/up and down, the lm_head, the drafter's fc.
+#[test]
+fn column_kernels_equal_their_scalar_reference_at_the_model_shapes() {
+    column_kernels_at(&[
+        (1552, 384),
+        (384, 512),
+        (1024, 384),
+        (384, 384),
+        (2304, 384),
+        (384, 1152),
+        (4096, 384),
+    ]);
+}
+
+fn column_kernels_at(shapes: &[(usize, usize)]) {
     cpu();
-    for (n, k) in [(16, 64), (100, 37), (4096, 24), (72, 384)] {
+    for &(n, k) in shapes {
         let w = Array::from_slice(&bf16_values(n * k, 1.0, 0.7), &[n as i32, k as i32]);
         let panels = to_panels(&w).unwrap();
         let panels = panels.as_slice::<bf16>();
-        for rows in [1, 3, 4, 6, 16] {
+        for rows in [1, 2, 3, 4, 5, 6, 8, 9, 12, 15, 16, 17, 24, 31, 32] {
             let x = bf16_values(rows * k, 2.0, 1.9);
             for sum in [ColumnSum::Bf16, ColumnSum::F32] {
                 let want: Vec<f32> = (0..rows)
@@ -294,7 +317,14 @@ fn stacked_maps_give_each_maps_own_product() {
 /// thread and on many.
 #[test]
 fn matmul_rows_do_not_depend_on_how_many_there_are() {
-    for (cols, k) in [(8, 384), (1152, 384), (384, 1152), (3000, 64)] {
+    for (cols, k) in [
+        (8, 384),
+        (1152, 384),
+        (384, 1152),
+        (3000, 64),
+        (37, 1000),
+        (6, 17),
+    ] {
         let w = values(cols * k, 3.0);
         let x = values(80 * k, 11.0);
         let single = |m: usize| {

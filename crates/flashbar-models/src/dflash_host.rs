@@ -1,0 +1,295 @@
+//! The DFlash drafter's forward on the CPU's host path (docs/cpu.md, "The
+//! drafter"): its linear maps were already host products, but every norm,
+//! residual add, RoPE, concatenation and its attention were MLX ops, each
+//! a hand-over to MLX's worker thread between two host products. Here they
+//! run in Rust on the arrays the products return: the norms and RoPE as
+//! the target's host ops compute them (MLX's, bit for bit), the attention
+//! in the host kernels' f32 arithmetic, so the drafts are close to the MLX
+//! path's, not equal. That is enough: drafts are proposals, and the verify
+//! decides every token (docs/dflash.md).
+//!
+//! Taken for one sequence of bf16 activations, bf16 norms, unscaled or
+//! linearly scaled RoPE, and layers that see their whole context and block
+//! (no window, not causal: the embedded drafter's); others run MLX's ops.
+
+use crate::config::Rope;
+use crate::dflash::{ContextKv, DraftAttention, Drafter};
+use crate::error::Result;
+use crate::nn::attention_host::{by_heads, HostAttention};
+use crate::nn::host::{self, host_f32, HostVector};
+use crate::{DraftCache, Model};
+use mlx_rs::{Array, Dtype};
+
+/// What the host path computes with, made once at load.
+pub struct HostDraft {
+    hidden_norm: HostVector,
+    norm: HostVector,
+    layers: Vec<HostLayer>,
+    eps: f32,
+}
+
+struct HostLayer {
+    /// The q/k norms and RoPE.
+    head: HostAttention,
+    input_layernorm: HostVector,
+    post_attention_layernorm: HostVector,
+}
+
+impl HostDraft {
+    /// None when the drafter is not one this path takes (see the module).
+    pub fn new(drafter: &Drafter, host_maps: bool) -> Result<Option<Self>> {
+        let c = drafter.config();
+        let bf16 = |a: &Array| a.dtype() == Dtype::Bfloat16;
+        if !host_maps || c.input_embedding_scale != 1.0 {
+            return Ok(None);
+        }
+        let mut layers = Vec::with_capacity(drafter.layers.len());
+        for layer in &drafter.layers {
+            let a = &layer.attention;
+            let norms = [&layer.input_layernorm, &layer.post_attention_layernorm];
+            if a.window.is_some() || a.causal || !norms.iter().all(|n| bf16(n)) {
+                return Ok(None);
+            }
+            let rope = Rope {
+                dims: a.head_dim as usize,
+                theta: c.rope_theta,
+                scaling: c.rope_scaling,
+            };
+            let Some(head) = HostAttention::new(&a.q_norm, &a.k_norm, rope, c.rms_norm_eps)? else {
+                return Ok(None);
+            };
+            layers.push(HostLayer {
+                head,
+                input_layernorm: HostVector::of(norms[0])?,
+                post_attention_layernorm: HostVector::of(norms[1])?,
+            });
+        }
+        if !bf16(&drafter.hidden_norm) || !bf16(&drafter.norm) {
+            return Ok(None);
+        }
+        Ok(Some(HostDraft {
+            hidden_norm: HostVector::of(&drafter.hidden_norm)?,
+            norm: HostVector::of(&drafter.norm)?,
+            layers,
+            eps: c.rms_norm_eps,
+        }))
+    }
+
+    /// [`Drafter::forward`]'s logits before the config's output scaling, or
+    /// None (nothing touched) when the inputs are not one bf16 sequence.
+    pub fn forward(
+        &self,
+        drafter: &Drafter,
+        target: &Model,
+        block: &Array,
+        taps: &Array,
+        cache: &mut DraftCache,
+    ) -> Result<Option<Array>> {
+        let mut h = target.embed(block)?;
+        if h.dtype() != Dtype::Bfloat16 || h.shape()[0] != 1 {
+            return Ok(None);
+        }
+        let context = drafter.fc.forward(taps)?;
+        if context.dtype() != Dtype::Bfloat16 {
+            return Ok(None);
+        }
+        let context = self.norm(&context, &self.hidden_norm)?;
+        let start = cache.positions;
+        for ((layer, host), kv) in drafter
+            .layers
+            .iter()
+            .zip(&self.layers)
+            .zip(cache.layers.iter_mut())
+        {
+            let x = self.norm(&h, &host.input_layernorm)?;
+            let attended = layer
+                .attention
+                .forward_host(&host.head, &x, &context, start, kv)?;
+            h = add(&h, &attended)?;
+            let x = self.norm(&h, &host.post_attention_layernorm)?;
+            h = add(&h, &layer.mlp.forward(&x)?)?;
+        }
+        cache.positions += taps.shape()[1];
+        // Positions 1.. are the drafts.
+        let (l, hidden) = (h.shape()[1], h.shape()[2] as usize);
+        let mut drafts = host_f32(&h)?.split_off(hidden);
+        host::norm_rows(&mut drafts, &self.norm, self.eps, true);
+        let h = host::from_f32(&drafts, &[1, l - 1, hidden as i32], Dtype::Bfloat16)?;
+        Ok(Some(target.lm_head(&h)?))
+    }
+
+    /// MLX's RMS norm of bf16 `x` by a bf16 weight, on the host.
+    fn norm(&self, x: &Array, w: &HostVector) -> Result<Array> {
+        host::rms_norm(x, w, self.eps)?.ok_or_else(|| unexpected("a norm's input"))
+    }
+}
+
+/// MLX's add of two bf16 arrays of one shape, on the host.
+fn add(a: &Array, b: &Array) -> Result<Array> {
+    host::add(a, b)?.ok_or_else(|| unexpected("a residual add"))
+}
+
+fn unexpected(what: &str) -> crate::error::ModelError {
+    mlx_rs::error::Exception::custom(format!("the host drafter got {what} of another type")).into()
+}
+
+/// `[heads, a, d]` rows followed, per head, by `[heads, b, d]` rows.
+fn join(first: &[f32], second: &[f32], heads: usize) -> Vec<f32> {
+    let (a, b) = (first.len() / heads, second.len() / heads);
+    let mut out = Vec::with_capacity(first.len() + second.len());
+    for h in 0..heads {
+        out.extend_from_slice(&first[h * a..(h + 1) * a]);
+        out.extend_from_slice(&second[h * b..(h + 1) * b]);
+    }
+    out
+}
+
+impl DraftAttention {
+    /// [`DraftAttention::forward`] on the host (no window, no mask): `x` the
+    /// block `[1, L, hidden]`, `context` S new committed positions from
+    /// absolute position `start`.
+    fn forward_host(
+        &self,
+        head: &HostAttention,
+        x: &Array,
+        context: &Array,
+        start: i32,
+        kv: &mut ContextKv,
+    ) -> Result<Array> {
+        let (l, s) = (x.shape()[1] as usize, context.shape()[1] as usize);
+        let (heads, kv_heads, d) = (
+            self.heads as usize,
+            self.kv_heads as usize,
+            self.head_dim as usize,
+        );
+        let hidden = x.shape()[2];
+        // The context's rows and the block's through one product (the
+        // context's queries are not used).
+        let rows = if s > 0 {
+            let mut both = host_f32(context)?;
+            both.extend(host_f32(x)?);
+            host::from_f32(&both, &[1, (s + l) as i32, hidden], Dtype::Bfloat16)?
+        } else {
+            x.clone()
+        };
+        let qkv = self.qkv.forward(&rows)?;
+        let (q, k, v) = (host_f32(&qkv[0])?, host_f32(&qkv[1])?, host_f32(&qkv[2])?);
+        let (qw, kw) = (heads * d, kv_heads * d);
+        let block_start = start + s as i32;
+        let mut queries = by_heads(&q[s * qw..], l, heads, d);
+        head.queries(&mut queries, l, d, block_start);
+        let mut block_keys = by_heads(&k[s * kw..], l, kv_heads, d);
+        head.keys(&mut block_keys, l, d, block_start);
+        let block_values = by_heads(&v[s * kw..], l, kv_heads, d);
+        let mut new_keys = by_heads(&k[..s * kw], s, kv_heads, d);
+        head.keys(&mut new_keys, s, d, start);
+        let new_values = by_heads(&v[..s * kw], s, kv_heads, d);
+        let old = |a: &Option<Array>| a.as_ref().map(host_f32).transpose();
+        let (old_keys, old_values) = (old(&kv.keys)?, old(&kv.values)?);
+        let ctx_keys = join(&old_keys.unwrap_or_default(), &new_keys, kv_heads);
+        let ctx_values = join(&old_values.unwrap_or_default(), &new_values, kv_heads);
+        let ctx_len = ctx_keys.len() / kw;
+        let keys = join(&ctx_keys, &block_keys, kv_heads);
+        let values = join(&ctx_values, &block_values, kv_heads);
+        let mut out = vec![0f32; heads * l * d];
+        let dims = (heads, kv_heads, l, ctx_len + l, d);
+        let scale = (d as f32).powf(-0.5);
+        host::full_attention(&queries, &keys, &values, dims, scale, &mut out);
+        let cached = [1, kv_heads as i32, ctx_len as i32, d as i32];
+        kv.keys = Some(host::from_f32(&ctx_keys, &cached, Dtype::Bfloat16)?);
+        kv.values = Some(host::from_f32(&ctx_values, &cached, Dtype::Bfloat16)?);
+        // [heads, L, d] to [1, L, heads * d].
+        let mut by_rows = vec![0f32; out.len()];
+        for h in 0..heads {
+            for t in 0..l {
+                by_rows[(t * heads + h) * d..][..d].copy_from_slice(&out[(h * l + t) * d..][..d]);
+            }
+        }
+        let shape = [1, l as i32, (heads * d) as i32];
+        self.o_proj
+            .forward(&host::from_f32(&by_rows, &shape, Dtype::Bfloat16)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Drafter, Model, Outputs};
+    use mlx_rs::ops::indexing::IndexOp;
+    use mlx_rs::Array;
+    use std::path::PathBuf;
+
+    fn embedded(which: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../models/default")
+            .join(which)
+    }
+
+    fn values(a: &Array) -> Vec<f32> {
+        crate::nn::host::host_f32(a).unwrap()
+    }
+
+    /// The embedded drafter on the host path against MLX's ops, over three
+    /// rounds (a prompt's context, then 5 and 1 committed positions): the
+    /// logits within a few bf16 roundings of each other (the host's
+    /// attention sums in f32, MLX's CPU fallback rounds to bf16 on the way),
+    /// and the drafts, the logits' argmax, the same where MLX's top two are
+    /// not within that distance.
+    #[test]
+    fn host_drafts_are_the_mlx_path_s_within_bf16_rounding() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let target = Model::load(&embedded("target")).unwrap();
+        let host = Drafter::load(&embedded("drafter"), &target).unwrap();
+        assert!(host.is_host(), "the embedded drafter takes the host path");
+        let mlx = Drafter::load(&embedded("drafter"), &target)
+            .unwrap()
+            .without_host();
+        let taps = host.config().target_layer_ids.clone();
+        let ids: Vec<u32> = (0..40).map(|i| (i * 7919 + 13) % 4096).collect();
+        let mut cache = target.new_cache();
+        let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
+        let tapped = target
+            .forward(&tokens, &mut cache, Outputs::ALL.tapping(&taps))
+            .unwrap()
+            .taps
+            .unwrap();
+        let (mut host_cache, mut mlx_cache) = (host.new_cache(), mlx.new_cache());
+        let mask = host.config().mask_token_id;
+        let mut from = 0;
+        for (round, to) in [30, 35, 36].into_iter().enumerate() {
+            let mut block = vec![ids[to - 1]];
+            block.extend(std::iter::repeat_n(mask, 15));
+            let block = Array::from_slice(&block, &[1, 16]);
+            let rows = tapped.index((.., from as i32..to as i32));
+            from = to;
+            let a = values(
+                &host
+                    .forward(&target, &block, &rows, &mut host_cache)
+                    .unwrap(),
+            );
+            let b = values(&mlx.forward(&target, &block, &rows, &mut mlx_cache).unwrap());
+            assert_eq!(a.len(), b.len());
+            let largest = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let worst = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
+            // A few bf16 units of the largest logit (2^-8 relative each).
+            assert!(
+                worst <= 8.0 * largest / 256.0,
+                "round {round}: logits differ by {worst} (largest {largest})"
+            );
+            for (p, (x, y)) in a.chunks(4096).zip(b.chunks(4096)).enumerate() {
+                let top = |v: &[f32]| {
+                    (0..v.len()).fold(0, |best, i| if v[i] > v[best] { i } else { best })
+                };
+                let mut sorted = y.to_vec();
+                sorted.sort_by(|p, q| q.total_cmp(p));
+                if sorted[0] - sorted[1] > 2.0 * worst {
+                    assert_eq!(top(x), top(y), "round {round}, draft {p}");
+                }
+            }
+            assert_eq!(host_cache.positions(), mlx_cache.positions());
+        }
+    }
+}
