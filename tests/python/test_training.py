@@ -76,14 +76,7 @@ def test_distillation_is_greedy_and_a_deadline_cut_is_a_prefix():
     import numpy as np
     from train_drafter import distill
 
-    config = common.hf_config()
-    config["text_config"] = dict(config["text_config"], hidden_size=64, intermediate_size=96,
-                                 num_attention_heads=2, num_key_value_heads=1, head_dim=32,
-                                 linear_num_value_heads=2, linear_num_key_heads=1,
-                                 linear_key_head_dim=32, linear_value_head_dim=32, vocab_size=300)
-    mx.random.seed(3)
-    model = common.build_target(config)
-    mx.eval(model.parameters())
+    model = tiny_target()
     corpus = np.random.default_rng(0).integers(4, 300, 5000).astype(np.int32)
 
     def run(count):
@@ -135,7 +128,7 @@ def test_every_distillation_cache_is_read_and_shards_never_repeat_a_stream(tmp_p
     assert len(read_cache(paths[1], meta, 2)) == 2
 
 
-def tiny_target(dtype=None):
+def tiny_target():
     config = common.hf_config()
     config["text_config"] = dict(config["text_config"], hidden_size=64, intermediate_size=96,
                                  num_attention_heads=2, num_key_value_heads=1, head_dim=32,
@@ -143,8 +136,6 @@ def tiny_target(dtype=None):
                                  linear_key_head_dim=32, linear_value_head_dim=32, vocab_size=300)
     mx.random.seed(3)
     model = common.build_target(config)
-    if dtype is not None:
-        model.set_dtype(dtype)
     mx.eval(model.parameters())
     return model
 
