@@ -14,12 +14,13 @@
 use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::dflash_config::DrafterConfig;
-use crate::dflash_host::HostDraft;
+mod host;
 use crate::error::{ModelError, Result};
 use crate::nn::linear::{row_kernels, Fused, Linear, MatmulPath, Weights};
 use crate::nn::mlp::Mlp;
 use crate::Model;
 use flashbar_mlx::row_invariant;
+use host::HostDraft;
 use mlx_rs::fast::{rms_norm, scaled_dot_product_attention, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{concatenate, tanh};
@@ -33,7 +34,7 @@ pub struct Drafter {
     pub(crate) layers: Vec<DraftLayer>,
     pub(crate) norm: Array,
     /// The forward's small ops and attention on the host (the CPU path,
-    /// `dflash_host.rs`), when the drafter is one it takes.
+    /// `dflash/host.rs`), when the drafter is one it takes.
     host: Option<HostDraft>,
 }
 
@@ -209,7 +210,7 @@ impl Drafter {
         self.scale_logits(target.lm_head(&h)?)
     }
 
-    /// Whether the forward runs on the host path (`dflash_host.rs`).
+    /// Whether the forward runs on the host path (`dflash/host.rs`).
     pub fn is_host(&self) -> bool {
         self.host.is_some()
     }

@@ -15,7 +15,6 @@ pub mod checkpoint;
 pub mod config;
 pub mod dflash;
 pub mod dflash_config;
-mod dflash_host;
 pub mod error;
 pub mod nn;
 pub mod qwen3_5;

@@ -12,8 +12,8 @@
 //! linearly scaled RoPE, and layers that see their whole context and block
 //! (no window, not causal: the embedded drafter's); others run MLX's ops.
 
+use super::{ContextKv, DraftAttention, Drafter};
 use crate::config::Rope;
-use crate::dflash::{ContextKv, DraftAttention, Drafter};
 use crate::error::Result;
 use crate::nn::attention_host::{by_heads, HostAttention};
 use crate::nn::host::{self, host_f32, HostVector};
