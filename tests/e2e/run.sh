@@ -18,8 +18,12 @@ if [ -z "${FLASHBAR_E2E_DBUS:-}" ]; then
   exec env FLASHBAR_E2E_DBUS=1 dbus-run-session -- "$0" "$@"
 fi
 
-cargo build --quiet -p flashbar-app
-cargo build --quiet -p flashbar-hub --example fake_hub_server
+# The app and the test hub (an example), built as the whole workspace's
+# binaries and examples: that resolves features exactly as `cargo test
+# --workspace` does, so after the test step nothing is compiled again, where
+# `-p flashbar-app` alone resolved them differently and built a third copy
+# of mlx-rs and its dependants (~1 GB of disk, minutes on CI).
+cargo build --quiet --workspace --bins --examples
 bin="${CARGO_TARGET_DIR:-$PWD/target}/debug"
 app="$bin/flashbar-app"
 tauri_driver="$(command -v tauri-driver || echo "$HOME/.cargo/bin/tauri-driver")"
