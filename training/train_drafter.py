@@ -21,6 +21,13 @@ greedy sequences (mean accept length, the share of blocks reaching each
 position, the loss at each block position), the drafter's size and the time
 of one inference forward on this machine. Deterministic in --seed and
 --steps.
+
+`--init DIR` starts from a trained drafter's weights (same shape) instead of
+random ones: a fine-tune that continues a run a call's time limit cut short,
+on fresh sequences. The report keeps the starting drafter's sha256, its own
+report (from DIR/../manifest.json when DIR is an exported pair's drafter)
+and its held-out accept length on this run's held-out rows, measured before
+the first step, so the two are compared on the same data.
 """
 
 import argparse
@@ -320,6 +327,10 @@ def main():
                         help="how long training may run, without --deadline")
     parser.add_argument("--deadline", type=float, default=0.0,
                         help="unix time by which training stops (for runs that share a machine call)")
+    parser.add_argument("--init", type=Path,
+                        help="start from this drafter folder's weights (a fine-tune), not random ones")
+    parser.add_argument("--tap-batch", type=int, default=64,
+                        help="sequences per target forward when computing the taps (larger on a GPU)")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--no-compile", dest="compile", action="store_false")
     parser.add_argument("--teacher-forced", action="store_true",
@@ -368,7 +379,7 @@ def main():
     print(f"sequences {sequences.shape} in {time.time() - started:.0f} s", flush=True)
     if args.distill_only:
         return
-    taps, labels_all = tap_states(target, sequences, 64, taps_ids)
+    taps, labels_all = tap_states(target, sequences, args.tap_batch, taps_ids)
     if not args.teacher_forced:
         # How often this forward's greedy choice is the generated token, over
         # the greedy rows: 1.0 for MLX-made rows; below it where another
@@ -404,6 +415,10 @@ def main():
         """A fresh drafter and its compiled step: warm-up of 100 steps, then
         cosine decay to lr/10 at `steps`."""
         draft = zlab.DFlashDraftModel(zlab_config(cfg))
+        if args.init:
+            # Saved in bf16; trained in f32 like a fresh drafter.
+            draft.load_weights(str(args.init / "model.safetensors"), strict=True)
+            draft.set_dtype(mx.float32)
         mx.eval(draft.parameters())
         warmup = max(1, min(100, steps // 2))
         schedule = optim.join_schedules(
@@ -437,7 +452,7 @@ def main():
     mx.random.seed(args.seed)
     draft, step = make_trainer(args.steps)
 
-    def evaluate() -> dict:
+    def evaluate(draft) -> dict:
         """Held-out greedy sequences, a block every 8 positions: the mean
         accept length, the share of blocks whose accepted run reaches each
         block position, and the cross-entropy at each position."""
@@ -458,13 +473,27 @@ def main():
                 "reach_by_position": [round(r, 4) for r in reach],
                 "loss_by_position": [round(v, 4) for v in loss_by_position]}
 
+    init = None
+    if args.init:
+        # The starting drafter on this run's held-out rows, as it was saved (bf16).
+        start = copy.deepcopy(draft)
+        start.set_dtype(mx.bfloat16)
+        init = {"path": str(args.init), "sha256": common.sha256(args.init / "model.safetensors"),
+                "offline_accept_len_bf16": evaluate(start)["accept_len"]}
+        manifest = args.init.parent / "manifest.json"
+        if manifest.exists():
+            report = json.loads(manifest.read_text()).get("training", {}).get("train_drafter")
+            if report:
+                init["report"] = {k: v for k, v in report.items() if k != "log"}
+        print(f"starting drafter: held-out accept length {init['offline_accept_len_bf16']:.2f}", flush=True)
+        del start
     log, t0, done = [], time.time(), 0
     for done in range(1, args.steps + 1):
         loss = step(rng)
         if done % 200 == 0 or done == args.steps or done <= 2:
             entry = {"step": done, "loss": loss.item(), "seconds": round(time.time() - t0, 1)}
             if done % 2000 == 0 or done == args.steps:
-                entry["accept_len"] = evaluate()["accept_len"]
+                entry["accept_len"] = evaluate(draft)["accept_len"]
             log.append(entry)
             print(json.dumps(entry), flush=True)
         if done == args.stop_at_step:
@@ -474,7 +503,7 @@ def main():
             print(f"stopping at step {done}: time limit", flush=True)
             break
     draft.set_dtype(mx.bfloat16)
-    held_out = evaluate()
+    held_out = evaluate(draft)
     save_drafter(args.out / f"drafter{suffix}", cfg, draft, dtype=mx.bfloat16)
     milliseconds = forward_ms(draft, embed, head, taps, 256, mask_id)
     # The loss curve in a few points (the whole log stays in the report).
@@ -496,7 +525,7 @@ def main():
               "reach_by_position": held_out["reach_by_position"],
               "loss_by_position": held_out["loss_by_position"],
               "loss_curve": {str(e["step"]): round(e["loss"], 4) for e in log if e["step"] in marks},
-              "seconds": round(time.time() - started, 1), "log": log}
+              "init": init, "seconds": round(time.time() - started, 1), "log": log}
     (args.out / f"train_drafter{suffix}.json").write_text(json.dumps(report, indent=2))
     print(f"held-out greedy accept length (bf16, block 16): {held_out['accept_len']:.2f}; "
           f"forward {milliseconds:.2f} ms; {time.time() - started:.0f} s in all", flush=True)
