@@ -1,20 +1,26 @@
 // The chat view: conversation history, system prompt and temperature, a
 // streaming answer (markdown, highlighted code, drafted text coloured),
 // stop and regenerate. A thinking model's reasoning shows in a collapsed
-// "Thinking" section above its answer, and is kept with the answer.
+// "Thinking" section above its answer, and is kept with the answer; a
+// per-chat switch by the composer asks the model to think or not
+// (docs/thinking-and-tools.md).
 import { api, errorText, type DoneEvent, type ErrorEvent, type ReloadedEvent, type TokenEvent } from "../api";
 import { el } from "../dom";
 import {
   dropLastAnswer,
+  enableThinkingOf,
   loadAll,
   messagesOf,
   newConversation,
   remove,
   save,
+  setThinkingChoice,
+  thinkingChoice,
   titleFrom,
   turnText,
   type Conversation,
   type StoragePort,
+  type ThinkingChoice,
   type Turn,
 } from "./history";
 import { renderAnswer } from "./markdown";
@@ -42,6 +48,19 @@ export class ChatView {
   private system = el("textarea", { rows: "2", placeholder: "System prompt (optional)", "data-testid": "system" });
   private temperature = el("input", { type: "range", min: "0", max: "2", step: "0.1", "data-testid": "temperature" });
   private temperatureLabel = el("span");
+  /** The chat's thinking switch: the template's default, on or off. */
+  private thinking = el(
+    "select",
+    {
+      class: "thinking-switch",
+      "data-testid": "thinking-switch",
+      "aria-label": "Thinking",
+      title: "Ask the model to think before it answers, or not (default: as its chat template says)",
+    },
+    el("option", { value: "default", text: "Thinking: model default" }),
+    el("option", { value: "on", text: "Thinking: on" }),
+    el("option", { value: "off", text: "Thinking: off" }),
+  );
   private problem = el("p", { class: "error", role: "alert", "data-testid": "history-problem", hidden: "" });
   private job: number | null = null;
   /** Events that came before `chat_send` answered with the job id. */
@@ -83,6 +102,10 @@ export class ChatView {
       this.temperatureLabel.textContent = this.temperature.value;
       this.persist();
     });
+    this.thinking.addEventListener("change", () => {
+      setThinkingChoice(this.conversation, this.thinking.value as ThinkingChoice);
+      this.persist();
+    });
     this.send.addEventListener("click", () => (this.job === null && !this.sending ? this.ask() : this.stop()));
     this.regenerate.addEventListener("click", () => this.redo());
     this.input.addEventListener("keydown", (event) => {
@@ -92,7 +115,7 @@ export class ChatView {
       }
     });
     const bar = el("div", { class: "bar" }, this.picker, newChat, deleteChat);
-    const composer = el("div", { class: "composer" }, this.input, el("div", { class: "actions" }, this.regenerate, this.send));
+    const composer = el("div", { class: "composer" }, this.input, el("div", { class: "actions" }, this.thinking, this.regenerate, this.send));
     this.root.append(bar, this.problem, options, this.list, composer);
     this.open(this.conversation);
   }
@@ -175,6 +198,7 @@ export class ChatView {
         temperature: this.conversation.temperature,
         max_tokens: 256,
         seed: Math.floor(Math.random() * 2 ** 31),
+        enable_thinking: enableThinkingOf(this.conversation),
       });
       this.sending = false;
       const early = this.early;
@@ -200,6 +224,7 @@ export class ChatView {
     this.system.value = conversation.system;
     this.temperature.value = String(conversation.temperature);
     this.temperatureLabel.textContent = String(conversation.temperature);
+    this.thinking.value = thinkingChoice(conversation);
     this.refreshPicker();
     this.renderTurns();
     this.setBusy(false);
