@@ -3,6 +3,7 @@
 // (saved.ts) writes through to conversations.json in the app's data folder,
 // so the history survives restarts and crashes.
 import type { Segment } from "./markdown";
+import type { ThinkingStats } from "./thinking";
 
 export interface Turn {
   role: "user" | "assistant";
@@ -12,6 +13,8 @@ export interface Turn {
   finish?: string;
   /** A thinking model's reasoning before its answer (sent back with it). */
   reasoning?: string;
+  /** How long the reasoning was, for the "Thinking" summary (thinking.ts). */
+  thinking?: ThinkingStats;
 }
 
 export interface Conversation {

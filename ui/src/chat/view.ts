@@ -24,7 +24,7 @@ import {
   type Turn,
 } from "./history";
 import { renderAnswer } from "./markdown";
-import { showThinking, thinkingSection } from "./thinking";
+import { settled, showThinking, thinkingClock, thinkingSection, tick } from "./thinking";
 
 type JobEvent =
   | { kind: "token"; e: TokenEvent }
@@ -63,8 +63,11 @@ export class ChatView {
   );
   private problem = el("p", { class: "error", role: "alert", "data-testid": "history-problem", hidden: "" });
   private job: number | null = null;
-  /** Events that came before `chat_send` answered with the job id. */
-  private early: JobEvent[] = [];
+  /** Events that came before `chat_send` answered with the job id, and
+   * when they came. */
+  private early: { event: JobEvent; at: number }[] = [];
+  /** Times the current answer's thinking (its "Thinking" summary). */
+  private clock = thinkingClock();
   /** The current job's reload note, if the pair was loaded again for it. */
   private reloaded: string | null = null;
   private sending = false;
@@ -126,10 +129,11 @@ export class ChatView {
     this.problem.hidden = problem === null;
   }
 
-  /** Routes a streamed event to the answer being written. */
-  handle(event: JobEvent): void {
+  /** Routes a streamed event to the answer being written; `at`: when it
+   * came (performance.now()). */
+  handle(event: JobEvent, at = performance.now()): void {
     if (this.sending && this.job === null) {
-      this.early.push(event);
+      this.early.push({ event, at });
       return;
     }
     if (event.e.job !== this.job) return;
@@ -140,6 +144,8 @@ export class ChatView {
       return;
     }
     if (event.kind === "token") {
+      this.clock = tick(this.clock, event.e, at);
+      if (this.clock.stats) answer.thinking = this.clock.stats;
       if (event.e.reasoning) {
         answer.reasoning = (answer.reasoning ?? "") + event.e.reasoning;
         this.queueRender();
@@ -154,6 +160,7 @@ export class ChatView {
     if (event.kind === "done") {
       if (event.e.reasoning) answer.reasoning = event.e.reasoning;
       const s = event.e.stats;
+      answer.thinking = settled(answer.thinking, s.reasoning_tokens);
       const drafted = s.completion_tokens ? Math.round((100 * s.accepted_tokens) / s.completion_tokens) : 0;
       answer.finish = `${event.e.finish_reason} · ${s.completion_tokens} tokens · ${s.tokens_per_second.toFixed(1)} tok/s · ${drafted}% from drafts`;
       if (s.reasoning_tokens) answer.finish += ` · ${s.reasoning_tokens} thinking`;
@@ -191,6 +198,7 @@ export class ChatView {
     this.sending = true;
     this.early = [];
     this.reloaded = null;
+    this.clock = thinkingClock();
     try {
       this.job = await api.chatSend({
         messages,
@@ -203,7 +211,7 @@ export class ChatView {
       this.sending = false;
       const early = this.early;
       this.early = [];
-      for (const event of early) this.handle(event);
+      for (const { event, at } of early) this.handle(event, at);
     } catch (error) {
       this.sending = false;
       const answer = this.conversation.turns.at(-1) as Turn;
@@ -257,7 +265,7 @@ export class ChatView {
       this.renderQueued = false;
       const answer = this.conversation.turns.at(-1);
       if (this.answerNode && answer) renderAnswer(this.answerNode, answer.segments);
-      if (this.thinkingNode && answer) showThinking(this.thinkingNode, answer.reasoning);
+      if (this.thinkingNode && answer) showThinking(this.thinkingNode, answer.reasoning, answer.thinking);
       this.list.scrollTop = this.list.scrollHeight;
     });
   }
@@ -275,7 +283,7 @@ export class ChatView {
       const node = el("article", { class: `turn ${turn.role}`, "data-testid": `turn-${turn.role}` });
       if (turn.role === "assistant") {
         this.thinkingNode = thinkingSection();
-        showThinking(this.thinkingNode, turn.reasoning);
+        showThinking(this.thinkingNode, turn.reasoning, turn.thinking);
         node.append(this.thinkingNode);
       }
       node.append(body);
