@@ -72,7 +72,14 @@ export type EngineStatus = { state: EngineState, target: string, drafter: string
  */
 elapsed_ms: number, error: string | null, };
 
-export type ChatRequest = { messages: Array<Message>, system: string, temperature: number, max_tokens: number, seed: number, };
+export type ChatRequest = { messages: Array<Message>, system: string, temperature: number, max_tokens: number, seed: number, 
+/**
+ * The chat's thinking switch: passed to the chat template as its
+ * `enable_thinking` keyword argument, as the server's
+ * `chat_template_kwargs` pass it; None leaves the template's default
+ * (docs/thinking-and-tools.md).
+ */
+enable_thinking: boolean | null, };
 
 export type TokenEvent = { job: number, id: number | null, from_draft: boolean, 
 /**

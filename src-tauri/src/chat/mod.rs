@@ -33,6 +33,12 @@ pub struct ChatRequest {
     #[serde(default)]
     #[ts(type = "number")]
     pub seed: u64,
+    /// The chat's thinking switch: passed to the chat template as its
+    /// `enable_thinking` keyword argument, as the server's
+    /// `chat_template_kwargs` pass it; None leaves the template's default
+    /// (docs/thinking-and-tools.md).
+    #[serde(default)]
+    pub enable_thinking: Option<bool>,
 }
 
 fn default_max_tokens() -> usize {
@@ -208,6 +214,12 @@ fn build_request(
     })?;
     generate.max_tokens = request.max_tokens;
     generate.speculation = settings.speculation;
+    if let Some(on) = request.enable_thinking {
+        generate
+            .template
+            .kwargs
+            .insert("enable_thinking".into(), serde_json::Value::Bool(on));
+    }
     Ok(generate)
 }
 
@@ -336,6 +348,26 @@ mod tests {
         assert_eq!(messages[1].content, "hi");
         assert_eq!(built.max_tokens, 12);
         assert_eq!(built.sampling.temperature, 0.7);
+    }
+
+    #[test]
+    fn the_thinking_switch_reaches_the_template_kwargs() {
+        let user = serde_json::json!([{"role": "user", "content": "hi"}]);
+        for on in [false, true] {
+            let built =
+                request(serde_json::json!({"messages": user, "enable_thinking": on})).unwrap();
+            assert_eq!(
+                built.template.kwargs.get("enable_thinking"),
+                Some(&serde_json::Value::Bool(on))
+            );
+        }
+        // Unset (left out or null): the template's own default.
+        for json in [
+            serde_json::json!({"messages": user}),
+            serde_json::json!({"messages": user, "enable_thinking": null}),
+        ] {
+            assert!(request(json).unwrap().template.kwargs.is_empty());
+        }
     }
 
     #[test]

@@ -1,5 +1,17 @@
 import { describe, expect, it } from "vitest";
-import { dropLastAnswer, loadAll, messagesOf, newConversation, remove, save, titleFrom, type StoragePort } from "./history";
+import {
+  dropLastAnswer,
+  enableThinkingOf,
+  loadAll,
+  messagesOf,
+  newConversation,
+  remove,
+  save,
+  setThinkingChoice,
+  thinkingChoice,
+  titleFrom,
+  type StoragePort,
+} from "./history";
 
 function memory(): StoragePort & { data: Map<string, string> } {
   const data = new Map<string, string>();
@@ -51,6 +63,43 @@ describe("conversation history", () => {
     const storage = memory();
     save(storage, c);
     expect(loadAll(storage)[0]?.turns[1]?.reasoning).toBe("Add them.");
+  });
+
+  it("keeps each chat's thinking switch, unset by default, across saves", () => {
+    const storage = memory();
+    const c = newConversation(1000);
+    c.turns.push({ role: "user", segments: [{ text: "hi", fromDraft: false }] });
+    expect(thinkingChoice(c)).toBe("default");
+    expect(enableThinkingOf(c)).toBeNull();
+    setThinkingChoice(c, "off");
+    expect(enableThinkingOf(c)).toBe(false);
+    const other = newConversation(2000);
+    other.turns.push({ role: "user", segments: [{ text: "yo", fromDraft: false }] });
+    setThinkingChoice(other, "on");
+    save(storage, c);
+    save(storage, other);
+    const [newer, older] = loadAll(storage);
+    expect(newer && thinkingChoice(newer)).toBe("on");
+    expect(newer && enableThinkingOf(newer)).toBe(true);
+    expect(older && thinkingChoice(older)).toBe("off");
+    // Back to the default: the field is gone, not saved as null.
+    setThinkingChoice(c, "default");
+    save(storage, c);
+    const saved = loadAll(storage).find((x) => x.id === c.id);
+    expect(saved && "enableThinking" in saved).toBe(false);
+    expect(saved && thinkingChoice(saved)).toBe("default");
+  });
+
+  it("reads a history saved before the switch, or a bad value, as unset", () => {
+    const storage = memory();
+    storage.setItem(
+      "flashbar.conversations",
+      JSON.stringify([
+        { id: "a", title: "t", system: "", temperature: 0.7, turns: [], updated: 1 },
+        { id: "b", title: "t", system: "", temperature: 0.7, turns: [], updated: 2, enableThinking: "yes" },
+      ]),
+    );
+    expect(loadAll(storage).map((c) => enableThinkingOf(c))).toEqual([null, null]);
   });
 
   it("titles a conversation by its first line", () => {

@@ -3,6 +3,7 @@
 // (saved.ts) writes through to conversations.json in the app's data folder,
 // so the history survives restarts and crashes.
 import type { Segment } from "./markdown";
+import type { ThinkingStats } from "./thinking";
 
 export interface Turn {
   role: "user" | "assistant";
@@ -12,6 +13,8 @@ export interface Turn {
   finish?: string;
   /** A thinking model's reasoning before its answer (sent back with it). */
   reasoning?: string;
+  /** How long the reasoning was, for the "Thinking" summary (thinking.ts). */
+  thinking?: ThinkingStats;
 }
 
 export interface Conversation {
@@ -21,7 +24,13 @@ export interface Conversation {
   temperature: number;
   turns: Turn[];
   updated: number;
+  /** The chat's thinking switch, sent as `ChatRequest.enable_thinking`;
+   * left out: the model's template decides (docs/thinking-and-tools.md). */
+  enableThinking?: boolean;
 }
+
+/** The thinking switch's positions: the template's default, on, off. */
+export type ThinkingChoice = "default" | "on" | "off";
 
 export const HISTORY_KEY = "flashbar.conversations";
 const MAX_CONVERSATIONS = 50;
@@ -86,6 +95,25 @@ export function messagesOf(conversation: Conversation): OutMessage[] {
   return conversation.turns
     .filter((t) => !(t.role === "assistant" && t.finish?.startsWith("error")))
     .map((t) => (t.reasoning ? { role: t.role, content: turnText(t), reasoning_content: t.reasoning } : { role: t.role, content: turnText(t) }));
+}
+
+/** Where the conversation's thinking switch stands (a saved value that is
+ * not true or false counts as unset). */
+export function thinkingChoice(conversation: Conversation): ThinkingChoice {
+  const on = conversation.enableThinking;
+  return on === true ? "on" : on === false ? "off" : "default";
+}
+
+/** Sets the thinking switch; "default" unsets it. */
+export function setThinkingChoice(conversation: Conversation, choice: ThinkingChoice): void {
+  if (choice === "default") delete conversation.enableThinking;
+  else conversation.enableThinking = choice === "on";
+}
+
+/** The request's `enable_thinking`: null leaves the template's default. */
+export function enableThinkingOf(conversation: Conversation): boolean | null {
+  const choice = thinkingChoice(conversation);
+  return choice === "default" ? null : choice === "on";
 }
 
 /** Drops the last answer so it can be asked again; false if there is none. */

@@ -1,24 +1,30 @@
 // The chat view: conversation history, system prompt and temperature, a
 // streaming answer (markdown, highlighted code, drafted text coloured),
 // stop and regenerate. A thinking model's reasoning shows in a collapsed
-// "Thinking" section above its answer, and is kept with the answer.
+// "Thinking" section above its answer, and is kept with the answer; a
+// per-chat switch by the composer asks the model to think or not
+// (docs/thinking-and-tools.md).
 import { api, errorText, type DoneEvent, type ErrorEvent, type ReloadedEvent, type TokenEvent } from "../api";
 import { el } from "../dom";
 import {
   dropLastAnswer,
+  enableThinkingOf,
   loadAll,
   messagesOf,
   newConversation,
   remove,
   save,
+  setThinkingChoice,
+  thinkingChoice,
   titleFrom,
   turnText,
   type Conversation,
   type StoragePort,
+  type ThinkingChoice,
   type Turn,
 } from "./history";
 import { renderAnswer } from "./markdown";
-import { showThinking, thinkingSection } from "./thinking";
+import { settled, showThinking, thinkingClock, thinkingSection, tick } from "./thinking";
 
 type JobEvent =
   | { kind: "token"; e: TokenEvent }
@@ -42,10 +48,26 @@ export class ChatView {
   private system = el("textarea", { rows: "2", placeholder: "System prompt (optional)", "data-testid": "system" });
   private temperature = el("input", { type: "range", min: "0", max: "2", step: "0.1", "data-testid": "temperature" });
   private temperatureLabel = el("span");
+  /** The chat's thinking switch: the template's default, on or off. */
+  private thinking = el(
+    "select",
+    {
+      class: "thinking-switch",
+      "data-testid": "thinking-switch",
+      "aria-label": "Thinking",
+      title: "Ask the model to think before it answers, or not (default: as its chat template says)",
+    },
+    el("option", { value: "default", text: "Thinking: model default" }),
+    el("option", { value: "on", text: "Thinking: on" }),
+    el("option", { value: "off", text: "Thinking: off" }),
+  );
   private problem = el("p", { class: "error", role: "alert", "data-testid": "history-problem", hidden: "" });
   private job: number | null = null;
-  /** Events that came before `chat_send` answered with the job id. */
-  private early: JobEvent[] = [];
+  /** Events that came before `chat_send` answered with the job id, and
+   * when they came. */
+  private early: { event: JobEvent; at: number }[] = [];
+  /** Times the current answer's thinking (its "Thinking" summary). */
+  private clock = thinkingClock();
   /** The current job's reload note, if the pair was loaded again for it. */
   private reloaded: string | null = null;
   private sending = false;
@@ -83,6 +105,10 @@ export class ChatView {
       this.temperatureLabel.textContent = this.temperature.value;
       this.persist();
     });
+    this.thinking.addEventListener("change", () => {
+      setThinkingChoice(this.conversation, this.thinking.value as ThinkingChoice);
+      this.persist();
+    });
     this.send.addEventListener("click", () => (this.job === null && !this.sending ? this.ask() : this.stop()));
     this.regenerate.addEventListener("click", () => this.redo());
     this.input.addEventListener("keydown", (event) => {
@@ -92,7 +118,7 @@ export class ChatView {
       }
     });
     const bar = el("div", { class: "bar" }, this.picker, newChat, deleteChat);
-    const composer = el("div", { class: "composer" }, this.input, el("div", { class: "actions" }, this.regenerate, this.send));
+    const composer = el("div", { class: "composer" }, this.input, el("div", { class: "actions" }, this.thinking, this.regenerate, this.send));
     this.root.append(bar, this.problem, options, this.list, composer);
     this.open(this.conversation);
   }
@@ -103,10 +129,11 @@ export class ChatView {
     this.problem.hidden = problem === null;
   }
 
-  /** Routes a streamed event to the answer being written. */
-  handle(event: JobEvent): void {
+  /** Routes a streamed event to the answer being written; `at`: when it
+   * came (performance.now()). */
+  handle(event: JobEvent, at = performance.now()): void {
     if (this.sending && this.job === null) {
-      this.early.push(event);
+      this.early.push({ event, at });
       return;
     }
     if (event.e.job !== this.job) return;
@@ -117,6 +144,8 @@ export class ChatView {
       return;
     }
     if (event.kind === "token") {
+      this.clock = tick(this.clock, event.e, at);
+      if (this.clock.stats) answer.thinking = this.clock.stats;
       if (event.e.reasoning) {
         answer.reasoning = (answer.reasoning ?? "") + event.e.reasoning;
         this.queueRender();
@@ -131,6 +160,7 @@ export class ChatView {
     if (event.kind === "done") {
       if (event.e.reasoning) answer.reasoning = event.e.reasoning;
       const s = event.e.stats;
+      answer.thinking = settled(answer.thinking, s.reasoning_tokens);
       const drafted = s.completion_tokens ? Math.round((100 * s.accepted_tokens) / s.completion_tokens) : 0;
       answer.finish = `${event.e.finish_reason} · ${s.completion_tokens} tokens · ${s.tokens_per_second.toFixed(1)} tok/s · ${drafted}% from drafts`;
       if (s.reasoning_tokens) answer.finish += ` · ${s.reasoning_tokens} thinking`;
@@ -168,6 +198,7 @@ export class ChatView {
     this.sending = true;
     this.early = [];
     this.reloaded = null;
+    this.clock = thinkingClock();
     try {
       this.job = await api.chatSend({
         messages,
@@ -175,11 +206,12 @@ export class ChatView {
         temperature: this.conversation.temperature,
         max_tokens: 256,
         seed: Math.floor(Math.random() * 2 ** 31),
+        enable_thinking: enableThinkingOf(this.conversation),
       });
       this.sending = false;
       const early = this.early;
       this.early = [];
-      for (const event of early) this.handle(event);
+      for (const { event, at } of early) this.handle(event, at);
     } catch (error) {
       this.sending = false;
       const answer = this.conversation.turns.at(-1) as Turn;
@@ -200,6 +232,7 @@ export class ChatView {
     this.system.value = conversation.system;
     this.temperature.value = String(conversation.temperature);
     this.temperatureLabel.textContent = String(conversation.temperature);
+    this.thinking.value = thinkingChoice(conversation);
     this.refreshPicker();
     this.renderTurns();
     this.setBusy(false);
@@ -232,7 +265,7 @@ export class ChatView {
       this.renderQueued = false;
       const answer = this.conversation.turns.at(-1);
       if (this.answerNode && answer) renderAnswer(this.answerNode, answer.segments);
-      if (this.thinkingNode && answer) showThinking(this.thinkingNode, answer.reasoning);
+      if (this.thinkingNode && answer) showThinking(this.thinkingNode, answer.reasoning, answer.thinking);
       this.list.scrollTop = this.list.scrollHeight;
     });
   }
@@ -250,7 +283,7 @@ export class ChatView {
       const node = el("article", { class: `turn ${turn.role}`, "data-testid": `turn-${turn.role}` });
       if (turn.role === "assistant") {
         this.thinkingNode = thinkingSection();
-        showThinking(this.thinkingNode, turn.reasoning);
+        showThinking(this.thinkingNode, turn.reasoning, turn.thinking);
         node.append(this.thinkingNode);
       }
       node.append(body);
