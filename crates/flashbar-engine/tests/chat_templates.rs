@@ -1,7 +1,8 @@
 //! The embedded pair's chat template (Qwen3.5's, docs/templates.md): the
 //! model's default of no thinking, a request overriding it, tools in the
 //! prompt, `chat_template.jinja` taking precedence over the config's, and
-//! DFlash on a chat prompt giving the tokens plain decoding gives.
+//! DFlash on a chat prompt (one turn, or a multi-turn history with thinking
+//! and tool calls) giving the tokens plain decoding gives.
 
 use flashbar_engine::chat_template::TemplateArgs;
 use flashbar_engine::tokenizer::TextTokenizer;
@@ -179,6 +180,73 @@ fn dflash_with_tools_and_thinking_splits_as_plain_decoding_does() {
             }
         } else {
             assert_eq!((*reasoning_tokens, reasoning.as_str()), (0, ""));
+        }
+    }
+}
+
+/// A conversation as an agent sends it back: an earlier assistant turn
+/// with its thinking (`reasoning_content`) and a tool call, the tool's
+/// result, then a new question; tools as `tool_choice` leaves them (all of
+/// them for "auto", the named one alone for a named function, none for
+/// "none": crates/flashbar-server/src/convert/chat.rs). The template renders
+/// the history (the call and the result appear in the prompt), and DFlash
+/// gives plain decoding's tokens and split, thinking on and off.
+#[test]
+fn dflash_on_a_multi_turn_tool_history_gives_the_plain_tokens() {
+    use flashbar_engine::chat_template::{FunctionCall, ToolCall};
+    let engine = default_pair();
+    let tool = |name: &str| {
+        json!({"type": "function", "function": {
+            "name": name, "description": "Runs Python code.",
+            "parameters": {"type": "object", "properties": {"code": {"type": "string"}},
+                           "required": ["code"]}}})
+    };
+    let mut assistant = Message::new("assistant", "");
+    assistant.reasoning_content = Some("The user wants the sum; run it.".into());
+    assistant.tool_calls = vec![ToolCall {
+        id: Some("call_1".into()),
+        kind: "function".into(),
+        function: FunctionCall {
+            name: "run_python".into(),
+            arguments: json!({"code": "print(sum(range(10)))"}),
+        },
+    }];
+    let mut result = Message::new("tool", "45");
+    result.tool_call_id = Some("call_1".into());
+    let messages = vec![
+        Message::new("system", "You write Python."),
+        Message::new("user", "What is the sum of range(10)?"),
+        assistant,
+        result,
+        Message::new("user", "def add(a, b):"),
+    ];
+    let choices = [
+        ("auto", Some(vec![tool("run_python"), tool("run_shell")])),
+        ("named", Some(vec![tool("run_python")])),
+        ("none", None),
+    ];
+    for (choice, tools) in choices {
+        let args = TemplateArgs {
+            tools,
+            ..TemplateArgs::default()
+        };
+        let prompt = rendered(&engine, &messages, &args);
+        assert!(
+            prompt.contains("run_python") && prompt.contains("45"),
+            "{choice}: the call and its result are rendered: {prompt}"
+        );
+        for enable_thinking in [false, true] {
+            let mut runs = Vec::new();
+            for speculation in [Speculation::Off, Speculation::Dflash] {
+                let request = chat_request(&messages, args.clone(), enable_thinking, speculation);
+                let generation = engine.generate(&request, &mut Quiet).unwrap();
+                runs.push((generation.token_ids, generation.reasoning, generation.text));
+            }
+            assert!(!runs[0].0.is_empty());
+            assert_eq!(
+                runs[0], runs[1],
+                "tool_choice {choice}, enable_thinking={enable_thinking}"
+            );
         }
     }
 }
