@@ -647,18 +647,36 @@ mod tests {
     }
 
     #[test]
-    fn auto_keeps_within_3_percent_of_plain_decoding_on_recorded_cpu_rounds() {
-        // On the CPU a verify costs ~13 plain steps, so every regime's DFlash
-        // loses: auto must find that out cheaply and probe rarely. 2,000
-        // tokens: a few answers of one app session (the gate lives as long
-        // as the loaded pair).
+    fn auto_keeps_dflash_where_it_pays_on_recorded_cpu_rounds() {
+        // Rounds of the embedded pair on the CPU here with the host kernels
+        // and the fine-tuned drafter (a round ~4-8 plain steps): forced
+        // DFlash, pooled over each regime's 4 prompts, is ~1.1x plain
+        // decoding on repetitive text and on code (one repetitive prompt
+        // accepts ~2 a round and takes most of the time) and ~0.45x on
+        // prose. Auto must keep DFlash where it pays (at least 90% of
+        // forced's speed) and never fall below 97% of plain decoding.
+        // 2,000 tokens: a few answers of one app session (the gate lives as
+        // long as the loaded pair).
         for regime in ["deterministic", "code", "prose"] {
-            let speed = replay_recorded(CPU_ROUNDS, regime, 2000);
-            eprintln!("{regime}: auto / plain = {speed:.3}");
-            assert!(
-                speed >= 0.97,
-                "{regime}: auto at {speed:.3}x plain decoding"
-            );
+            let forced = forced_recorded(CPU_ROUNDS, regime);
+            let auto = replay_recorded(CPU_ROUNDS, regime, 2000);
+            eprintln!("{regime}: forced {forced:.3}x, auto {auto:.3}x plain");
+            assert!(auto >= 0.97, "{regime}: auto at {auto:.3}x plain decoding");
+            if regime == "prose" {
+                assert!(
+                    forced < 0.6,
+                    "prose: the recording is not the one described: {forced:.3}"
+                );
+            } else {
+                assert!(
+                    forced > 1.05,
+                    "{regime}: the recording is not the one described: {forced:.3}"
+                );
+                assert!(
+                    auto >= 0.9 * forced,
+                    "{regime}: auto at {auto:.3}x, forced {forced:.3}x"
+                );
+            }
         }
     }
 
