@@ -61,10 +61,51 @@ fn sliding_window_drafter_with_rope_scaling_matches_z_lab() {
     draft_logits_match("drafter-sliding-f32", "moe-hf-f32");
 }
 
+/// The tiny drafter tests/fixtures/make_drafters.py writes from a published
+/// config (tests/fixtures/drafter_configs; `scaled` there scales only the
+/// sizes) has exactly that file's keys, at every level. Several files: the
+/// top-level keys of the later ones replace the earlier ones'.
+fn published_keys_kept(drafter_name: &str, published: &[&str]) {
+    fn keys(value: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {
+        for (key, inner) in value.as_object().unwrap() {
+            out.push(format!("{prefix}{key}"));
+            if inner.is_object() {
+                keys(inner, &format!("{prefix}{key}."), out);
+            }
+        }
+    }
+    let read = |path: std::path::PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let mut source = serde_json::json!({});
+    for file in published {
+        let part = read(
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../tests/fixtures/drafter_configs")
+                .join(file),
+        );
+        for (key, value) in part.as_object().unwrap() {
+            source[key] = value.clone();
+        }
+    }
+    let tiny = read(fixture(drafter_name).join("config.json"));
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    keys(&source, "", &mut a);
+    keys(&tiny, "", &mut b);
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "{drafter_name} lost or gained keys of {published:?}");
+}
+
 /// z-lab's published Qwen3.5 layout (5 sliding + 1 full layers, taps in
 /// dflash_config, rope_parameters): tests/fixtures/drafter_configs.
 #[test]
 fn published_sliding_layout_drafter_matches_z_lab() {
+    published_keys_kept(
+        "drafter-published-nested-f32",
+        &["zlab-qwen3.5-nested.json"],
+    );
     draft_logits_match("drafter-published-nested-f32", "dense-hf-f32");
 }
 
@@ -72,7 +113,46 @@ fn published_sliding_layout_drafter_matches_z_lab() {
 /// YarnRoPE).
 #[test]
 fn published_yarn_drafter_matches_z_lab() {
+    published_keys_kept(
+        "drafter-published-yarn-f32",
+        &["zlab-qwen3.5-nested.json", "dspark-yarn-rope.json"],
+    );
     draft_logits_match("drafter-published-yarn-f32", "moe-hf-f32");
+}
+
+/// z-lab's earlier Qwen3.5 layout: 8 full layers, `rope_theta` and
+/// `block_size` at the top, the taps without a `block_size` in
+/// dflash_config; on the MoE target (the size suggests Qwen3.5-35B-A3B).
+#[test]
+fn published_legacy_drafter_matches_z_lab() {
+    published_keys_kept(
+        "drafter-published-legacy-f32",
+        &["zlab-qwen3.5-legacy.json"],
+    );
+    draft_logits_match("drafter-published-legacy-f32", "moe-hf-f32");
+}
+
+/// The "native" z-lab-format drafter: no layer_types, `is_causal` false, no
+/// rope key (base 10000), no `rms_norm_eps` and no
+/// `max_position_embeddings` (z-lab's `load_draft` needs both; the
+/// generator's `zlab_config` supplies the defaults our loader uses), 5 query
+/// heads per key/value head; on the dense target. (Not on published-9b-hf-f32:
+/// its f32 taps, up to 8 in size, differ from mlx-lm's by 1.5e-4, a target
+/// matter this drafter test does not judge.)
+#[test]
+fn published_native_drafter_matches_z_lab() {
+    published_keys_kept("drafter-published-native-f32", &["native-2560-6layer.json"]);
+    draft_logits_match("drafter-published-native-f32", "dense-hf-f32");
+}
+
+/// Ornith-1.5-35B-A3B-DFlash: 5 sliding + 1 full, no `num_target_layers`
+/// (one past the last tap) nor `max_position_embeddings`, plus keys neither
+/// reader uses (`attention_bias` false, `hidden_act` silu,
+/// `use_sliding_window`); on the published Qwen3.6-35B-A3B layout.
+#[test]
+fn published_ornith_drafter_matches_z_lab() {
+    published_keys_kept("drafter-published-ornith-f32", &["ornith-1.5-35b-a3b.json"]);
+    draft_logits_match("drafter-published-ornith-f32", "published-35b-a3b-hf-f32");
 }
 
 #[test]
