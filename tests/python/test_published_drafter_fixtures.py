@@ -72,9 +72,12 @@ def test_tiny_drafter_sizes_fit_the_fixture_target(file):
     assert len(taps) == min(layers, len(source["dflash_config"]["target_layer_ids"]))
     assert tiny["dflash_config"]["mask_token_id"] == make_drafters.MASK_TOKEN_ID
     assert tiny.get("num_target_layers", layers) == layers
-    if "sliding_window" in tiny:
+    if tiny.get("sliding_window") is not None:
         # It binds within the fixture prompt (12 tokens), as 4096 does on long ones.
         assert 1 < tiny["sliding_window"] < 12
+    elif "sliding_window" in source:
+        # Published as null (no sliding layers): kept null.
+        assert source["sliding_window"] is None and tiny["sliding_window"] is None
     assert len(tiny.get("layer_types") or [None] * tiny["num_hidden_layers"]) == tiny["num_hidden_layers"]
 
 

@@ -61,7 +61,9 @@ pub struct TextConfig {
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct RopeParameters {
-    #[serde(default, alias = "type")]
+    /// `rope_type`; the older `type` stays in `rest` (transformers 5 writes
+    /// both, and an alias would reject that as a duplicate field).
+    #[serde(default)]
     pub rope_type: Option<String>,
     pub rope_theta: Option<f32>,
     pub partial_rotary_factor: Option<f32>,
@@ -475,5 +477,26 @@ mod tests {
         assert!(r.contains("factor"), "{r}");
         let r = reason(with(|v| v["rms_norm_eps"] = (-1.0).into()));
         assert!(r.contains("rms_norm_eps"), "{r}");
+    }
+
+    /// transformers 5 writes a rope block with both `rope_type` and the
+    /// older `type` (as in z-lab's Qwen3.6 drafter config, re-saved by it):
+    /// both keys are read, neither is a duplicate field.
+    #[test]
+    fn rope_parameters_with_both_type_keys() {
+        let config = with(|v| {
+            v["rope_parameters"] = serde_json::json!({
+                "rope_type": "yarn", "type": "yarn", "factor": 4.0,
+                "original_max_position_embeddings": 4096, "rope_theta": 1e7,
+                "partial_rotary_factor": 0.25
+            })
+        })
+        .unwrap();
+        assert!(matches!(config.rope.scaling, Scaling::Yarn(y) if y.factor == 4.0));
+        let config = with(|v| {
+            v["rope_parameters"] = serde_json::json!({"type": "linear", "factor": 2.0})
+        })
+        .unwrap();
+        assert_eq!(config.rope.scaling, Scaling::Linear(0.5));
     }
 }

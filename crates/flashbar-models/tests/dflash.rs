@@ -155,6 +155,17 @@ fn published_ornith_drafter_matches_z_lab() {
     draft_logits_match("drafter-published-ornith-f32", "published-35b-a3b-hf-f32");
 }
 
+/// z-lab's Qwen3.6-35B-A3B-DFlash (revision 42d3b34): 8 full layers, 5
+/// taps, mask 248070, YaRN `rope_parameters` of factor 64 over 4096
+/// positions with both `rope_type` and `type`, `sliding_window` null, and
+/// the token ids and flags transformers 5 writes; on the published
+/// Qwen3.6-35B-A3B layout.
+#[test]
+fn published_qwen3_6_drafter_matches_z_lab() {
+    published_keys_kept("drafter-published-qwen36-f32", &["zlab-qwen3.6-35b-a3b.json"]);
+    draft_logits_match("drafter-published-qwen36-f32", "published-35b-a3b-hf-f32");
+}
+
 #[test]
 fn quantized_drafter_matches_z_lab() {
     draft_logits_match("drafter-dense-4bit", "dense-hf-f32");

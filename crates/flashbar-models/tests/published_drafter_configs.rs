@@ -81,6 +81,29 @@ fn ornith_drafter() {
 }
 
 #[test]
+fn z_lab_qwen3_6_35b_a3b_drafter() {
+    let c = parse("zlab-qwen3.6-35b-a3b.json");
+    assert_eq!(c.layer_kinds, vec![LayerKind::Full; 8]);
+    assert!(!c.causal(0) && c.window(0).is_none());
+    assert_eq!(c.target_layer_ids, vec![1, 10, 19, 28, 37]);
+    assert_eq!(
+        (c.mask_token_id, c.block_size, c.rope_theta),
+        (248070, 16, 1e7)
+    );
+    // YaRN with `rope_type` and `type` both given (transformers 5 writes both).
+    let Scaling::Yarn(y) = c.rope_scaling else {
+        panic!("not yarn: {:?}", c.rope_scaling)
+    };
+    assert_eq!(
+        (y.factor, y.original_max_position_embeddings, y.beta_fast, y.beta_slow),
+        (64.0, 4096.0, 32.0, 1.0)
+    );
+    // mlx-lm's mscale for factor 64: 0.1 ln 64 + 1.
+    assert!((y.input_scale() - 1.415_888_3).abs() < 1e-6);
+    assert_eq!((c.hidden_size, c.num_key_value_heads), (2048, 4));
+}
+
+#[test]
 fn a_drafter_with_published_yarn_rope_parameters() {
     let mut config: serde_json::Value =
         serde_json::from_str(&text("zlab-qwen3.5-nested.json")).unwrap();
