@@ -13,10 +13,11 @@
 //! `probe_budget` of the plain steps around it), then re-probes. Warm-up
 //! rounds (unjudged) run on the first entry per calibration only: later
 //! probes find caches and kernels warm. A new request (new text, so perhaps
-//! another regime) ends a backoff early when one probe is cheap against the
-//! request: the last failed probe's loss at most `probe_budget` of its
-//! max_tokens (so on a GPU, where a round costs ~2 plain steps, each answer
-//! is probed; on a CPU, where it costs ~13, only long ones). Calibration
+//! another regime) is judged on its own rounds, and ends a backoff early
+//! when one probe is cheap against the request: one losing round's cost in
+//! plain steps at most `probe_budget` of its max_tokens (so on a GPU, where
+//! a round costs ~2-3 plain steps, each answer is probed; on a CPU, where
+//! it costs 4-13, only long ones). Calibration
 //! is kept per thermal state: a state change switches to (or starts) that
 //! state's calibration. Measured throughput decides; the thermal state only
 //! says when old measurements stop holding. Forced DFlash rounds are only
@@ -124,6 +125,9 @@ pub struct Gate {
     /// `probe_budget` of the current request's max_tokens, in plain steps
     /// (0 outside a request).
     affordable_loss: f64,
+    /// A judged round's time in plain steps (averaged): what one losing
+    /// round costs, and so what a new request's probe risks.
+    round_steps: Option<f64>,
 }
 
 impl Gate {
@@ -143,15 +147,26 @@ impl Gate {
             failed_probe_loss: 0.0,
             recent_gain: 0.0,
             affordable_loss: 0.0,
+            round_steps: None,
         }
     }
 
-    /// A request of up to `max_tokens` tokens starts: a backoff ends early
-    /// when one more probe costs at most `probe_budget` of the request.
+    /// A request of up to `max_tokens` tokens starts. Its text is new, so
+    /// its rounds are judged on their own: the gain earlier answers banked
+    /// does not carry over (it let a losing answer speculate for 16 rounds
+    /// after a winning one, docs/acceptance.md). A backoff ends early when
+    /// a probe is cheap against the request: one losing round (a round's
+    /// time in plain steps, less the one token it commits) costs at most
+    /// `probe_budget` of it, so the in-request rule floors a failing probe
+    /// after about that budget. Before any round was timed, the last failed
+    /// probe's loss stands in for that cost.
     pub fn begin_request(&mut self, max_tokens: usize) {
         self.affordable_loss = self.config.probe_budget * max_tokens as f64;
-        let affordable = self.failed_probe_loss <= self.affordable_loss;
-        if self.state == GateState::Floored && affordable {
+        self.recent_gain = 0.0;
+        let probe_cost = self
+            .round_steps
+            .map_or(self.failed_probe_loss, |steps| steps - 1.0);
+        if self.state == GateState::Floored && probe_cost <= self.affordable_loss {
             self.enter_speculation();
         }
     }
@@ -256,7 +271,12 @@ impl Gate {
             }
             GateState::Speculating => {
                 if let (Some(ratio), Some(ar)) = (ratio, self.ar_step_ms()) {
-                    let loss = ms / ar.max(1e-9) - committed as f64;
+                    let steps = ms / ar.max(1e-9);
+                    self.round_steps = Some(match self.round_steps {
+                        Some(old) => 0.7 * old + 0.3 * steps,
+                        None => steps,
+                    });
+                    let loss = steps - committed as f64;
                     self.probe_loss += loss;
                     self.recent_gain = self.config.gain_decay * self.recent_gain - loss;
                     self.judge(ratio);
