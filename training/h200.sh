@@ -23,6 +23,13 @@
 #        step 2 for several drafter shapes at once on one GPU: the target's
 #        continuations are generated once, then one trainer per SHAPE
 #        (LAYERS:TAPS, e.g. 2:0,2,4) runs in parallel until SECONDS from now.
+#   bash training/h200.sh finetune SHARD INIT TAG [ARGS]
+#        a fine-tune in one call: torch_distill.py generates 49,152 sequences
+#        of shard SHARD (~61 s), then train_drafter.py --init INIT (a drafter
+#        folder) trains drafter-TAG on them for --steps 8000 (~19 ms a step)
+#        unless ARGS say otherwise (e.g. --lr 3e-4); other shards' caches in
+#        $work are moved to $work/used first, so only the new rows are read
+#        (docs/acceptance.md, "Two more fine-tunes").
 # Each step fits one 10-minute call; outputs land in /tmp/flashbar-train and,
 # packed in parts under 16 MB, in $OUT (tar xf of the joined parts unpacks them).
 set -euo pipefail
@@ -126,6 +133,19 @@ case $step in
     done
     tar -C "$work" -cf - "${files[@]}" | split -b 15M - "$OUT/drafters.tar.part-"
     exit $status
+    ;;
+  finetune)
+    shard=$1 init=$2 tag=$3; shift 3
+    began=$(date +%s)
+    mkdir -p "$work/used"
+    for cache in "$work"/sequences*.npz; do
+      [ -e "$cache" ] && [ "$cache" != "$work/sequences-shard-$shard.npz" ] && mv "$cache" "$work/used/"
+    done
+    (cd training && python3 torch_distill.py "$work" --shard "$shard" --sequences 49152 --batch 4096 \
+      --deadline $((began + 130))) 2>&1 | tail -2
+    python3 training/train_drafter.py "$work" --init "$init" --tag "$tag" --lr 5e-4 --tap-batch 512 \
+      --sequences 49152 --steps 8000 --deadline $((began + 570)) "$@" 2>&1 | tee "$OUT/drafter-$tag.log" | tail -5
+    tar -C "$work" -cf - "drafter-$tag" "train_drafter-$tag.json" | split -b 15M - "$OUT/drafters.tar.part-"
     ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac
