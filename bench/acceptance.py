@@ -57,6 +57,9 @@ PROMPTS = {
 BLOCK = 16
 
 
+COST_KEYS = ("mode", "committed", "draft_ms", "verify_ms", "rollback_ms", "round_ms")
+
+
 def ours(flashbar: Path, model: Path, drafter: Path, prompts: list, max_tokens: int, repeats: int):
     """`flashbar bench` over all prompts in one process: plain decoding,
     forced DFlash and auto interleaved per repeat, each run's tokens and the
@@ -77,12 +80,13 @@ def ours(flashbar: Path, model: Path, drafter: Path, prompts: list, max_tokens: 
                     "prompt_ids": tokenizer.encode(prompt, add_special_tokens=False), "dflash_tokens": fast["token_ids"],
                     "auto_tokens": auto["token_ids"],
                     "rounds": [r["committed"] for r in fast["rounds"] if r["mode"] == "dflash"],
-                    "round_costs": [{k: r[k] for k in ("mode", "committed", "draft_ms", "verify_ms",
-                                                       "rollback_ms")} for r in fast["rounds"]],
-                    "auto_rounds": [{k: r[k] for k in ("mode", "committed", "gate")}
+                    "round_costs": [{k: r[k] for k in COST_KEYS} for r in fast["rounds"]],
+                    # The gate's choices and what it saw (round_ms from the end of
+                    # the previous round or step, as the gate times it; speedup
+                    # against its own plain step time).
+                    "auto_rounds": [{k: r[k] for k in ("mode", "committed", "gate", "round_ms", "speedup")}
                                     for r in auto["rounds"]],
-                    "first_round_costs": [{k: r[k] for k in ("mode", "committed", "draft_ms", "verify_ms",
-                                                             "rollback_ms")} for r in fast["first_rounds"]],
+                    "first_round_costs": [{k: r[k] for k in COST_KEYS} for r in fast["first_rounds"]],
                     "ar_tps": report["decode_tokens_per_second"],
                     "dflash_tps": fast["decode_tokens_per_second"],
                     "auto_tps": auto["decode_tokens_per_second"],

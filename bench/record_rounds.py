@@ -1,8 +1,10 @@
 """Writes the rounds the gate's replay tests read (crates/flashbar-engine/
 src/policy/recorded_rounds_*.json) from a `bench/acceptance.py --json` file:
 per regime, plain decoding's step time (from its tok/s in that run) and each
-prompt's forced DFlash rounds of the last repeat as [committed, draft +
-verify + rollback ms].
+prompt's forced DFlash rounds of the last repeat as [committed, ms]: the
+round's whole time (`round_ms`, from the end of the previous round, as the
+gate times it) where the run has it, else draft + verify + rollback (runs
+before 2026-12-04).
 
     python bench/record_rounds.py target/acceptance.json OUT.json --source "what ran, where, when"
 """
@@ -12,10 +14,16 @@ import json
 from pathlib import Path
 
 
+def round_ms(cost: dict) -> float:
+    if "round_ms" in cost:
+        return cost["round_ms"]
+    return cost["draft_ms"] + cost["verify_ms"] + cost["rollback_ms"]
+
+
 def record(run: dict, source: str) -> dict:
     regimes = {}
     for name, regime in run["regimes"].items():
-        prompts = [[[r["committed"], round(r["draft_ms"] + r["verify_ms"] + r["rollback_ms"], 3)]
+        prompts = [[[r["committed"], round(round_ms(r), 3)]
                     for r in prompt["round_costs"] if r["mode"] == "dflash"]
                    for prompt in regime["prompts"]]
         regimes[name] = {"ar_ms": round(1000.0 / regime["ours_ar_tps"], 3), "prompts": prompts}
