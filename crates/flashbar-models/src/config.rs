@@ -493,10 +493,9 @@ mod tests {
         })
         .unwrap();
         assert!(matches!(config.rope.scaling, Scaling::Yarn(y) if y.factor == 4.0));
-        let config = with(|v| {
-            v["rope_parameters"] = serde_json::json!({"type": "linear", "factor": 2.0})
-        })
-        .unwrap();
+        let config =
+            with(|v| v["rope_parameters"] = serde_json::json!({"type": "linear", "factor": 2.0}))
+                .unwrap();
         assert_eq!(config.rope.scaling, Scaling::Linear(0.5));
     }
 }

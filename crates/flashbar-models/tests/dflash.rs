@@ -162,7 +162,10 @@ fn published_ornith_drafter_matches_z_lab() {
 /// Qwen3.6-35B-A3B layout.
 #[test]
 fn published_qwen3_6_drafter_matches_z_lab() {
-    published_keys_kept("drafter-published-qwen36-f32", &["zlab-qwen3.6-35b-a3b.json"]);
+    published_keys_kept(
+        "drafter-published-qwen36-f32",
+        &["zlab-qwen3.6-35b-a3b.json"],
+    );
     draft_logits_match("drafter-published-qwen36-f32", "published-35b-a3b-hf-f32");
 }
 

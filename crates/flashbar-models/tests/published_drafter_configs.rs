@@ -95,7 +95,12 @@ fn z_lab_qwen3_6_35b_a3b_drafter() {
         panic!("not yarn: {:?}", c.rope_scaling)
     };
     assert_eq!(
-        (y.factor, y.original_max_position_embeddings, y.beta_fast, y.beta_slow),
+        (
+            y.factor,
+            y.original_max_position_embeddings,
+            y.beta_fast,
+            y.beta_slow
+        ),
         (64.0, 4096.0, 32.0, 1.0)
     );
     // mlx-lm's mscale for factor 64: 0.1 ln 64 + 1.

@@ -291,11 +291,23 @@ fn after_a_failed_probe_a_new_request_is_probed_where_a_round_is_cheap() {
             g.observe_round(1, round_ms);
         }
         assert_eq!(g.state(), GateState::Floored);
-        assert!(g.failed_probe_loss > 2.88, "{round_ms}: {}", g.failed_probe_loss);
+        assert!(
+            g.failed_probe_loss > 2.88,
+            "{round_ms}: {}",
+            g.failed_probe_loss
+        );
         g.begin_request(96);
-        assert_eq!(g.plan() == Plan::Dflash, reprobes_at_96, "{round_ms} ms, 96 tokens");
+        assert_eq!(
+            g.plan() == Plan::Dflash,
+            reprobes_at_96,
+            "{round_ms} ms, 96 tokens"
+        );
         g.begin_request(500);
-        assert_eq!(g.plan() == Plan::Dflash, reprobes_at_500, "{round_ms} ms, 500 tokens");
+        assert_eq!(
+            g.plan() == Plan::Dflash,
+            reprobes_at_500,
+            "{round_ms} ms, 500 tokens"
+        );
     }
 }
 
