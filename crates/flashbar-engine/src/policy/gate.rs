@@ -5,19 +5,23 @@
 //! `committed x t_ar / round_time`, averaged over rounds. Within a request
 //! it floors once the probe's recent rounds (a decayed sum of their gain in
 //! plain steps, `gain_decay`) lost more than `probe_budget` of the
-//! request's max_tokens, so the few short rounds that open many answers do
-//! not decide and a useless drafter's probe costs about that budget;
-//! outside a request, when the average falls below 1 (a round below 0.5 at
-//! once). Floored, it runs plain decoding for a backoff (32 steps, doubling to 1024 while probes
-//! keep failing, and never shorter than what keeps a failed probe's loss to
-//! `probe_budget` of the plain steps around it), then re-probes. Warm-up
-//! rounds (unjudged) run on the first entry per calibration only: later
-//! probes find caches and kernels warm. A new request (new text, so perhaps
-//! another regime) is judged on its own rounds, and ends a backoff early
-//! when one probe is cheap against the request: one losing round's cost in
-//! plain steps at most `probe_budget` of its max_tokens (so on a GPU, where
-//! a round costs ~2-3 plain steps, each answer is probed; on a CPU, where
-//! it costs 4-13, only long ones). Calibration
+//! request's max_tokens, or, while they are losing, all its rounds since
+//! the probe or the request began did (a steady mild loser: the decayed
+//! sum alone never reaches a long request's budget); so the few short
+//! rounds that open many answers do not decide and a useless drafter's
+//! probe costs about that budget. Outside a request it floors when the
+//! average falls below 1 (a round below 0.5 at once). Floored, it runs
+//! plain decoding for a backoff (32 steps, doubling to 1024 while probes
+//! keep failing), then re-probes. Where one losing round costs more than
+//! the request's budget (a CPU: a round is 4-13 plain steps), the backoff
+//! is also never shorter than what keeps a failed probe's loss to
+//! `probe_budget` of the plain steps around it. Warm-up rounds (unjudged)
+//! run on the first entry per calibration only: later probes find caches
+//! and kernels warm. A new request (new text, so perhaps another regime) is
+//! judged on its own rounds, and ends a backoff early when one losing round
+//! costs at most `probe_budget` of its max_tokens (on a GPU, where a round
+//! costs ~2-3 plain steps, each answer is probed; on a CPU only long ones).
+//! Calibration
 //! is kept per thermal state: a state change switches to (or starts) that
 //! state's calibration. Measured throughput decides; the thermal state only
 //! says when old measurements stop holding. Forced DFlash rounds are only
@@ -122,6 +126,11 @@ pub struct Gate {
     /// The probe's recent gain in plain steps: committed - round time /
     /// plain step time, summed with `gain_decay` per round.
     recent_gain: f64,
+    /// The same gain summed without decay since the probe or the request
+    /// began: a steady mild loser never takes the decayed sum below
+    /// 1 / (1 - gain_decay) = 5 rounds' loss, so in a long request (a
+    /// budget above that) only this floors it.
+    request_gain: f64,
     /// `probe_budget` of the current request's max_tokens, in plain steps
     /// (0 outside a request).
     affordable_loss: f64,
@@ -146,6 +155,7 @@ impl Gate {
             probe_loss: 0.0,
             failed_probe_loss: 0.0,
             recent_gain: 0.0,
+            request_gain: 0.0,
             affordable_loss: 0.0,
             round_steps: None,
         }
@@ -163,12 +173,20 @@ impl Gate {
     pub fn begin_request(&mut self, max_tokens: usize) {
         self.affordable_loss = self.config.probe_budget * max_tokens as f64;
         self.recent_gain = 0.0;
-        let probe_cost = self
-            .round_steps
-            .map_or(self.failed_probe_loss, |steps| steps - 1.0);
-        if self.state == GateState::Floored && probe_cost <= self.affordable_loss {
+        self.request_gain = 0.0;
+        if self.state == GateState::Floored && self.probe_is_cheap() {
             self.enter_speculation();
         }
+    }
+
+    /// Within a request, one losing round (its time in plain steps less the
+    /// token it commits; before any round was timed, the last failed probe's
+    /// loss) costs at most the request's budget.
+    fn probe_is_cheap(&self) -> bool {
+        let cost = self
+            .round_steps
+            .map_or(self.failed_probe_loss, |steps| steps - 1.0);
+        self.affordable_loss > 0.0 && cost <= self.affordable_loss
     }
 
     pub fn state(&self) -> GateState {
@@ -279,6 +297,7 @@ impl Gate {
                     let loss = steps - committed as f64;
                     self.probe_loss += loss;
                     self.recent_gain = self.config.gain_decay * self.recent_gain - loss;
+                    self.request_gain -= loss;
                     self.judge(ratio);
                 }
             }
@@ -299,13 +318,23 @@ impl Gate {
             return;
         }
         let failing = if self.affordable_loss > 0.0 {
-            self.recent_gain < -self.affordable_loss
+            let budget = -self.affordable_loss;
+            self.recent_gain < budget || (self.request_gain < budget && self.recent_gain < 0.0)
         } else {
             averaged < self.config.keep_above || clearly_losing
         };
         if failing {
             self.failed_probe_loss = self.probe_loss.max(0.0);
-            let budgeted = (self.failed_probe_loss / self.config.probe_budget).ceil() as usize;
+            // Where probes are cheap, the next request probes anyway and the
+            // rules above bound each probe, so the doubling backoff alone
+            // decides when this answer is probed again (its long runs often
+            // come after losing first rounds). Where a round is dear, the
+            // backoff also keeps the probes' share of the time to the budget.
+            let budgeted = if self.probe_is_cheap() {
+                0
+            } else {
+                (self.failed_probe_loss / self.config.probe_budget).ceil() as usize
+            };
             let backoff = self.backoff.max(budgeted).min(self.config.max_backoff);
             self.state = GateState::Floored;
             self.floored_left = backoff;
@@ -327,6 +356,7 @@ impl Gate {
         self.judged = 0;
         self.probe_loss = 0.0;
         self.recent_gain = 0.0;
+        self.request_gain = 0.0;
         if self.warmup_left == 0 {
             self.state = GateState::Speculating;
         }
