@@ -210,6 +210,27 @@ fn calibrate(g: &mut Gate, ms: f64) {
     }
 }
 
+/// A gate in a request of `request_tokens`, calibrated on 10 ms steps,
+/// that has run its first entry's warm-up round (`committed` in `ms`).
+fn probing(request_tokens: usize, committed: usize, ms: f64) -> Gate {
+    let mut g = gate();
+    g.begin_request(request_tokens);
+    calibrate(&mut g, 10.0);
+    g.observe_round(committed, ms);
+    g
+}
+
+/// Judged rounds of `committed` tokens in `ms` until the gate floors.
+fn judged_until_floored(g: &mut Gate, committed: usize, ms: f64) -> usize {
+    let mut judged = 0;
+    while g.plan() == Plan::Dflash {
+        g.observe_round(committed, ms);
+        judged += 1;
+        assert!(judged < 50, "{committed} tokens in {ms} ms: never floored");
+    }
+    judged
+}
+
 #[test]
 fn within_a_request_short_first_rounds_do_not_floor_a_probe_that_then_pays() {
     // 10 ms steps, 20 ms rounds: a 1-token round loses one step.
@@ -237,16 +258,8 @@ fn within_a_request_short_first_rounds_do_not_floor_a_probe_that_then_pays() {
 
 #[test]
 fn within_a_request_a_useless_probe_costs_about_its_budget() {
-    let mut g = gate();
-    g.begin_request(96);
-    calibrate(&mut g, 10.0);
-    g.observe_round(1, 20.0); // warm-up
-    let mut judged = 0;
-    while g.plan() == Plan::Dflash {
-        g.observe_round(1, 20.0);
-        judged += 1;
-        assert!(judged < 10, "never floored");
-    }
+    let mut g = probing(96, 1, 20.0);
+    let judged = judged_until_floored(&mut g, 1, 20.0);
     // Losses of one step each: decayed -1, -1.8, -2.44 (not yet below
     // -2.88), summed -1, -2, -3 < -2.88 while losing.
     assert_eq!(judged, 3);
@@ -259,22 +272,13 @@ fn a_new_request_is_judged_on_its_own_rounds() {
     // next answer loses 1.5 steps a round and must floor as soon as if it
     // were the first (summed: -1.5, -3 < -2.88), not after the dozens of
     // rounds that bank would pay for.
-    let mut g = gate();
-    g.begin_request(96);
-    calibrate(&mut g, 10.0);
-    g.observe_round(16, 20.0); // warm-up
+    let mut g = probing(96, 16, 20.0);
     for _ in 0..5 {
         g.observe_round(16, 20.0);
     }
     assert_eq!(g.state(), GateState::Speculating);
     g.begin_request(96);
-    let mut judged = 0;
-    while g.plan() == Plan::Dflash {
-        g.observe_round(1, 25.0);
-        judged += 1;
-        assert!(judged < 10, "never floored");
-    }
-    assert_eq!(judged, 2);
+    assert_eq!(judged_until_floored(&mut g, 1, 25.0), 2);
 }
 
 #[test]
@@ -284,13 +288,8 @@ fn after_a_failed_probe_a_new_request_is_probed_where_a_round_is_cheap() {
     // each new answer gets its probe (GPU-like). Where a round costs 13
     // steps (CPU-like), only an answer long enough to afford one does.
     for (round_ms, reprobes_at_96, reprobes_at_500) in [(25.0, true, true), (130.0, false, true)] {
-        let mut g = gate();
-        g.begin_request(96);
-        calibrate(&mut g, 10.0);
-        g.observe_round(1, round_ms); // warm-up
-        while g.plan() == Plan::Dflash {
-            g.observe_round(1, round_ms);
-        }
+        let mut g = probing(96, 1, round_ms);
+        judged_until_floored(&mut g, 1, round_ms);
         assert_eq!(g.state(), GateState::Floored);
         assert!(
             g.failed_probe_loss > 2.88,
@@ -317,17 +316,8 @@ fn a_steady_mild_loser_floors_within_a_long_request() {
     // 256 tokens may lose 7.68 steps. Rounds losing 1 step each take the
     // decayed sum only towards -5, never below -7.68; their plain sum
     // passes it at the 8th judged round.
-    let mut g = gate();
-    g.begin_request(256);
-    calibrate(&mut g, 10.0);
-    g.observe_round(1, 20.0); // warm-up
-    let mut judged = 0;
-    while g.plan() == Plan::Dflash {
-        g.observe_round(1, 20.0);
-        judged += 1;
-        assert!(judged < 40, "a 0.5x drafter never floored");
-    }
-    assert_eq!(judged, 8);
+    let mut g = probing(256, 1, 20.0);
+    assert_eq!(judged_until_floored(&mut g, 1, 20.0), 8);
 }
 
 #[test]
@@ -338,13 +328,8 @@ fn where_rounds_are_cheap_an_answer_is_probed_again_after_the_doubling_backoff()
     // backoff also keeps the probe's loss to 3% of the plain steps, so the
     // answer is not probed again within 200 tokens.
     for (round_ms, probes_again) in [(25.0, true), (160.0, false)] {
-        let mut g = gate();
-        g.begin_request(400);
-        calibrate(&mut g, 10.0);
-        g.observe_round(1, round_ms); // warm-up
-        while g.plan() == Plan::Dflash {
-            g.observe_round(1, round_ms);
-        }
+        let mut g = probing(400, 1, round_ms);
+        judged_until_floored(&mut g, 1, round_ms);
         let plain = (0..200)
             .take_while(|_| match g.plan() {
                 Plan::Plain(_) => {
