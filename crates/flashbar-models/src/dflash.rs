@@ -265,11 +265,11 @@ impl DraftAttention {
         let block_start = start + s_all;
         let eps = config.rms_norm_eps;
         let heads = |t: &Array, n: i32, rows: i32| t.reshape(&[b, rows, n, -1]);
-        // q/k/v of the block and k/v of the new context rows. On the host
-        // path the rows go stacked through one product (context first; its
-        // q is not used): the same values as two, one hand-over fewer.
+        // q/k/v of the block and k/v of the new context rows. Where the maps
+        // are one product the rows go through it together (context first;
+        // its q is not used): the same values as two calls, one call fewer.
         let ([q_x, k_x, v_x], [k_ctx, v_ctx]) =
-            if self.qkv.is_host() && s > 0 && context.dtype() == x.dtype() {
+            if self.qkv.is_stacked() && s > 0 && context.dtype() == x.dtype() {
                 let [q, k, v] = three(self.qkv.forward(&concatenate(&[&context, x], 1)?)?)?;
                 let (ctx, block) = (
                     |t: &Array| t.index((.., ..s)),
@@ -277,11 +277,8 @@ impl DraftAttention {
                 );
                 ([block(&q), block(&k), block(&v)], [ctx(&k), ctx(&v)])
             } else {
-                let of = |i: usize, t: &Array| self.qkv.forward_one(i, t);
-                (
-                    [of(0, x)?, of(1, x)?, of(2, x)?],
-                    [of(1, &context)?, of(2, &context)?],
-                )
+                let of = |i: usize| self.qkv.forward_one(i, &context);
+                (three(self.qkv.forward(x)?)?, [of(1)?, of(2)?])
             };
         let queries = rms_norm(&heads(&q_x, self.heads, l)?, Some(&self.q_norm), eps)?
             .transpose_axes(&[0, 2, 1, 3])?;

@@ -10,7 +10,9 @@ use crate::error::{ModelError, Result};
 use crate::nn::host::{self, ColumnSum, HostMatrix};
 use flashbar_mlx::device::{self, Backend};
 use flashbar_mlx::row_invariant;
-use mlx_rs::ops::{dequantize, gather_mm, gather_qmm, matmul, quantized_matmul};
+use mlx_rs::ops::{
+    concatenate, dequantize, gather_mm, gather_qmm, matmul, quantized_matmul, split_at_indices,
+};
 use mlx_rs::{Array, Dtype};
 use std::collections::HashMap;
 
@@ -300,15 +302,23 @@ impl Linear {
 }
 
 /// Several linear maps of one input (a layer's q/k/v, its gate and up
-/// projections). On the host path their weights are stacked at load and
-/// multiplied as one product: one read of the input and one hand-over from
-/// MLX instead of one per map, the values bit for bit those of the maps
-/// one by one (`host::linear_split`). Elsewhere each map runs on its own.
+/// projections, a gated-delta layer's four input maps), stacked at load
+/// into one weight where they are stored alike and multiplied as one
+/// product: one read of the input and one call instead of one per map.
+/// On the host path the values are bit for bit those of the maps one by
+/// one (`host::linear_split`); packed maps on MLX's path (the GPU, large
+/// models on the CPU) become one quantized matmul whose columns are each
+/// map's, split after it (docs/gpu.md, "Fewer calls").
 pub struct Fused {
+    /// The maps one by one, where they are not stacked.
     parts: Vec<Linear>,
-    /// The stacked weights and each map's width, on the host path.
-    host: Option<(HostMatrix, Vec<i32>)>,
+    /// The stacked weight and each map's width.
+    stacked: Option<(LinearWeight, Vec<i32>)>,
 }
+
+/// `0` keeps packed maps on MLX's path one product each instead of stacked
+/// ([`Fused`]); benchmarks compare the two.
+pub const STACK_MAPS_ENV: &str = "FLASHBAR_STACK_MAPS";
 
 impl Fused {
     pub fn load(weights: &mut Weights, paths: &[String]) -> Result<Self> {
@@ -316,40 +326,35 @@ impl Fused {
             .iter()
             .map(|path| Linear::load(weights, path))
             .collect::<Result<Vec<_>>>()?;
-        let stackable: Option<Vec<&HostMatrix>> = parts
-            .iter()
-            .map(|part| match (&part.weight, &part.bias) {
-                (LinearWeight::Host { weight, .. }, None) => Some(weight),
-                _ => None,
-            })
-            .collect();
-        // Maps summed alike only (a checkpoint may pack some and not others).
-        let stacked = match stackable.filter(|s| s.len() > 1) {
-            Some(stack) => HostMatrix::stack(&stack)?,
-            None => None,
-        };
-        let Some(weight) = stacked else {
-            return Ok(Fused { parts, host: None });
-        };
-        let cols = stack_widths(&parts);
-        Ok(Fused {
-            parts: Vec::new(),
-            host: Some((weight, cols)),
-        })
+        match stack(&parts)? {
+            Some(weight) => Ok(Fused {
+                stacked: Some((weight, stack_widths(&parts))),
+                parts: Vec::new(),
+            }),
+            None => Ok(Fused {
+                parts,
+                stacked: None,
+            }),
+        }
     }
 
     /// Whether the maps are one host product (the CPU path), so that
     /// stacking rows of several inputs costs one hand-over, not several.
     pub fn is_host(&self) -> bool {
-        self.host.is_some()
+        matches!(&self.stacked, Some((LinearWeight::Host { .. }, _)))
     }
 
-    /// Map `i` alone (all of them on the host path, where they are one
-    /// product).
+    /// Whether the maps are one product (host or packed), so that one call
+    /// on the rows of several inputs is cheaper than a call per map.
+    pub fn is_stacked(&self) -> bool {
+        self.stacked.is_some()
+    }
+
+    /// Map `i` alone (all of them where they are one product).
     pub fn forward_one(&self, i: usize, x: &Array) -> Result<Array> {
         match self.parts.get(i) {
-            Some(part) if self.host.is_none() => part.forward(x),
-            _ => self.forward(x)?.into_iter().nth(i).ok_or_else(|| {
+            Some(part) => part.forward(x),
+            None => self.forward(x)?.into_iter().nth(i).ok_or_else(|| {
                 mlx_rs::error::Exception::custom(format!("no map {i} in a fused linear")).into()
             }),
         }
@@ -357,11 +362,78 @@ impl Fused {
 
     /// Each map of `x`, in the order of the paths it was loaded from.
     pub fn forward(&self, x: &Array) -> Result<Vec<Array>> {
-        match &self.host {
-            Some((weight, cols)) => host::linear_split(x, weight, cols),
+        match &self.stacked {
+            Some((LinearWeight::Host { weight, .. }, cols)) => host::linear_split(x, weight, cols),
+            Some((weight, cols)) => {
+                let ends: Vec<i32> = cols
+                    .iter()
+                    .scan(0, |end, n| {
+                        *end += n;
+                        Some(*end)
+                    })
+                    .collect();
+                let all = weight.apply(x)?;
+                Ok(split_at_indices(&all, &ends[..ends.len() - 1], -1)?)
+            }
             None => self.parts.iter().map(|part| part.forward(x)).collect(),
         }
     }
+}
+
+/// The maps' weights as one, outputs in order: host matrices summed alike,
+/// or packed weights of one format (on MLX's path, unless
+/// [`STACK_MAPS_ENV`] is `0`). None where they differ, carry a bias, or
+/// are a single map.
+fn stack(parts: &[Linear]) -> Result<Option<LinearWeight>> {
+    if parts.len() < 2 || parts.iter().any(|p| p.bias.is_some()) {
+        return Ok(None);
+    }
+    let hosts: Option<Vec<&HostMatrix>> = parts
+        .iter()
+        .map(|part| match &part.weight {
+            LinearWeight::Host { weight, .. } => Some(weight),
+            _ => None,
+        })
+        .collect();
+    if let Some(hosts) = hosts {
+        let LinearWeight::Host { dtype, .. } = parts[0].weight else {
+            unreachable!("every part is a host matrix")
+        };
+        return Ok(HostMatrix::stack(&hosts)?.map(|weight| LinearWeight::Host { weight, dtype }));
+    }
+    let packed: Option<Vec<&Packed>> = parts
+        .iter()
+        .map(|part| match &part.weight {
+            LinearWeight::Quantized(q) => Some(q),
+            _ => None,
+        })
+        .collect();
+    let Some(packed) = packed else {
+        return Ok(None);
+    };
+    let first = packed[0];
+    let alike = packed.iter().all(|q| {
+        (q.group_size, q.bits, q.row_kernel) == (first.group_size, first.bits, first.row_kernel)
+            && q.scales.dtype() == first.scales.dtype()
+            && q.weight.shape()[1..] == first.weight.shape()[1..]
+    });
+    if !alike || std::env::var(STACK_MAPS_ENV).as_deref() == Ok("0") {
+        return Ok(None);
+    }
+    let join = |of: fn(&Packed) -> &Array| -> Result<Array> {
+        let joined = concatenate(&packed.iter().map(|q| of(q)).collect::<Vec<_>>(), 0)?;
+        // Evaluated now, so the maps' own arrays are freed with `parts`.
+        joined.eval()?;
+        Ok(joined)
+    };
+    Ok(Some(LinearWeight::Quantized(Packed {
+        weight: join(|q| &q.weight)?,
+        scales: join(|q| &q.scales)?,
+        biases: join(|q| &q.biases)?,
+        group_size: first.group_size,
+        bits: first.bits,
+        row_kernel: first.row_kernel,
+    })))
 }
 
 /// Each map's output width.
@@ -370,7 +442,8 @@ fn stack_widths(parts: &[Linear]) -> Vec<i32> {
         .iter()
         .map(|part| match &part.weight {
             LinearWeight::Host { weight, .. } => weight.n as i32,
-            _ => 0,
+            LinearWeight::Quantized(q) => q.weight.shape()[0],
+            LinearWeight::Dense(w) => w.shape()[0],
         })
         .collect()
 }
@@ -491,6 +564,62 @@ mod tests {
             .unwrap()
             .try_item_exact::<f32>()
             .unwrap()
+    }
+
+    /// Deterministic values, `[rows, cols]`.
+    fn values(rows: i32, cols: i32, salt: f32) -> Array {
+        let v: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i as f32 + salt) * 0.618).sin())
+            .collect();
+        Array::from_slice(&v, &[rows, cols])
+    }
+
+    fn packed(out: i32, inp: i32, bits: i32, salt: f32) -> Linear {
+        let (weight, scales, biases) = quantize(values(out, inp, salt), 64, bits).unwrap();
+        let packed = Packed {
+            weight,
+            scales,
+            biases,
+            group_size: 64,
+            bits,
+            row_kernel: false,
+        };
+        Linear {
+            weight: LinearWeight::Quantized(packed),
+            bias: None,
+        }
+    }
+
+    /// Packed maps of one format become one quantized matmul whose columns
+    /// are each map's, bit for bit (a gated-delta layer's four maps, the
+    /// narrow ones included); maps of different formats stay apart.
+    #[test]
+    fn packed_maps_stack_into_one_product_with_the_same_values() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let parts: Vec<Linear> = [(96, 1.0), (64, 2.0), (8, 3.0), (8, 4.0)]
+            .iter()
+            .map(|&(n, salt)| packed(n, 128, 4, salt))
+            .collect();
+        let weight = stack(&parts).unwrap().expect("one format: stacked");
+        let fused = Fused {
+            stacked: Some((weight, stack_widths(&parts))),
+            parts: Vec::new(),
+        };
+        assert!(fused.is_stacked() && !fused.is_host());
+        for rows in [1, 16] {
+            let x = values(rows, 128, 9.0);
+            let maps = fused.forward(&x).unwrap();
+            assert_eq!(maps.len(), parts.len());
+            for (i, (map, part)) in maps.iter().zip(&parts).enumerate() {
+                let alone = part.forward(&x).unwrap();
+                assert_eq!(map.shape(), alone.shape(), "map {i}");
+                assert_eq!(largest(&map.subtract(&alone).unwrap()), 0.0, "map {i}");
+                let one = fused.forward_one(i, &x).unwrap();
+                assert_eq!(largest(&one.subtract(&alone).unwrap()), 0.0, "map {i}");
+            }
+        }
+        let mixed = vec![packed(32, 128, 4, 1.0), packed(32, 128, 8, 2.0)];
+        assert!(stack(&mixed).unwrap().is_none(), "4-bit and 8-bit maps");
     }
 
     /// Below the threshold (decode, verify blocks) the quantized kernel runs
