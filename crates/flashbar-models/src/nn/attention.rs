@@ -4,12 +4,12 @@
 use crate::config::{Rope, TextConfig};
 use crate::error::Result;
 use crate::nn::attention_host::{self, HostAttention};
-use crate::nn::host;
 use crate::nn::linear::{row_kernels, Fused, Linear, Weights};
+use crate::nn::{fused, host};
 use flashbar_mlx::row_invariant;
 use mlx_rs::fast::{rms_norm, scaled_dot_product_attention, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
-use mlx_rs::ops::{concatenate, sigmoid, split_equal};
+use mlx_rs::ops::{concatenate, split_equal};
 use mlx_rs::Array;
 
 /// Keys and values of the tokens seen so far: `[B, kv_heads, T, head_dim]`.
@@ -160,7 +160,7 @@ impl Attention {
             scaled_dot_product_attention(&queries, &keys, &values, scale, mask, None)?
         };
         let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
-        self.o_proj.forward(&out.multiply(sigmoid(&gate)?)?)
+        self.o_proj.forward(&fused::sigmoid_gate(&out, &gate)?)
     }
 
     /// The host attention's `out` `[1, H, L, d]` times the sigmoid of its
@@ -173,7 +173,7 @@ impl Attention {
         let both = q_gate.reshape(&[1, l, self.num_heads, -1])?;
         let gate = split_equal(&both, 2, -1)?[1].reshape(&[1, l, -1])?;
         let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[1, l, -1])?;
-        self.o_proj.forward(&out.multiply(sigmoid(&gate)?)?)
+        self.o_proj.forward(&fused::sigmoid_gate(&out, &gate)?)
     }
 
     fn rotate(&self, x: &Array, offset: i32) -> Result<Array> {

@@ -1,9 +1,8 @@
 //! The SwiGLU feed-forward block: `down(silu(gate(x)) * up(x))`.
 
 use crate::error::Result;
-use crate::nn::host;
 use crate::nn::linear::{Fused, Linear, Weights};
-use mlx_rs::nn::silu;
+use crate::nn::{fused, host};
 use mlx_rs::Array;
 
 pub struct Mlp {
@@ -33,7 +32,7 @@ impl Mlp {
         };
         let hidden = match host {
             Some(hidden) => hidden,
-            None => silu(&gate_up[0])?.multiply(&gate_up[1])?,
+            None => fused::swiglu(&gate_up[0], &gate_up[1])?,
         };
         self.down_proj.forward(&hidden)
     }

@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod attention_host;
+pub mod fused;
 pub mod gated_delta;
 pub mod gated_delta_checks;
 pub mod gated_delta_chunked;

@@ -4,9 +4,9 @@
 
 use crate::config::TextConfig;
 use crate::error::Result;
+use crate::nn::fused;
 use crate::nn::linear::{Linear, SwitchLinear, Weights};
 use crate::nn::mlp::Mlp;
-use mlx_rs::nn::silu;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{argpartition_axis, sigmoid, softmax_axis};
 use mlx_rs::Array;
@@ -49,7 +49,7 @@ impl SparseMoe {
         let rows = x.expand_dims_axes(&[-2, -3])?;
         let up = self.up_proj.forward(&rows, &experts)?;
         let gate = self.gate_proj.forward(&rows, &experts)?;
-        let hidden = silu(gate)?.multiply(up)?;
+        let hidden = fused::swiglu(&gate, &up)?;
         let out = self
             .down_proj
             .forward(&hidden, &experts)?
