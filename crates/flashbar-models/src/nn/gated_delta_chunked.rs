@@ -24,7 +24,7 @@
 //! Plain decoding and DFlash share the prefill, so DFlash stays lossless.
 
 use super::gated_delta_host::{from_columns, to_columns, Dims, Inputs};
-use rayon::prelude::*;
+use crate::nn::host::pool;
 
 /// Steps a chunk.
 pub const CHUNK: usize = 32;
@@ -34,11 +34,12 @@ pub const CHUNK: usize = 32;
 pub fn run(inputs: Inputs, state: &mut [f32], d: Dims) -> Vec<f32> {
     let per_head = d.steps * d.dv;
     let mut y = vec![0f32; d.hv * per_head];
-    state
-        .par_chunks_exact_mut(d.dv * d.dk)
-        .zip(y.par_chunks_exact_mut(per_head))
+    let heads: Vec<_> = state
+        .chunks_exact_mut(d.dv * d.dk)
+        .zip(y.chunks_exact_mut(per_head))
         .enumerate()
-        .for_each(|(h, (s, y))| head(h, d, inputs, s, y));
+        .collect();
+    pool::each(heads, |(h, (s, y))| head(h, d, inputs, s, y));
     let mut out = vec![0f32; y.len()];
     for h in 0..d.hv {
         for t in 0..d.steps {

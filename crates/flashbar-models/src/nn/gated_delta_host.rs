@@ -17,9 +17,9 @@
 
 use crate::error::Result;
 use crate::nn::gated_delta_chunked;
+use crate::nn::host::pool;
 use crate::nn::host::{self, host_f32};
 use mlx_rs::Array;
-use rayon::prelude::*;
 
 /// Sizes: steps, key heads, value heads, key and value head dims.
 #[derive(Clone, Copy)]
@@ -173,7 +173,7 @@ pub fn record(
     if d.hv * d.steps * d.dv * d.dk < PARALLEL_FROM {
         jobs.into_iter().for_each(work);
     } else {
-        jobs.into_par_iter().for_each(work);
+        pool::each(jobs, work);
     }
     // Per-head rows [Hv, T, Dv] to the model's [T, Hv, Dv].
     let to_steps = |per: Vec<f32>| -> Vec<f32> {

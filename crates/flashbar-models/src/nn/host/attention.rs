@@ -215,8 +215,7 @@ fn each_query(out: &mut [f32], d: usize, work: usize, one: impl Fn(usize, &mut [
             one(index, row);
         }
     } else {
-        out.par_chunks_exact_mut(d)
-            .enumerate()
-            .for_each(|(index, row)| one(index, row));
+        let rows: Vec<_> = out.chunks_exact_mut(d).enumerate().collect();
+        pool::each(rows, |(index, row)| one(index, row));
     }
 }

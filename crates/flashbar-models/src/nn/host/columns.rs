@@ -129,21 +129,20 @@ pub fn matmul_columns(x: &[f32], w: &[bf16], k: usize, n: usize, sum: ColumnSum,
         n
     } else {
         // A few blocks of whole 32-column strips per thread.
-        (n.div_ceil(rayon::current_num_threads() * 4)).div_ceil(4 * PANEL) * 4 * PANEL
+        (n.div_ceil(pool::threads() * 4)).div_ceil(4 * PANEL) * 4 * PANEL
     };
     if block >= n {
         columns_range(x, k, w, (0, n), sum, out, simd());
         return;
     }
-    let parts: Vec<(usize, Vec<f32>)> = (0..n.div_ceil(block))
-        .into_par_iter()
-        .map(|b| {
-            let (c0, c1) = (b * block, ((b + 1) * block).min(n));
-            let mut part = vec![0f32; rows * (c1 - c0)];
-            columns_range(x, k, w, (c0, c1), sum, &mut part, simd());
-            (c0, part)
-        })
+    let mut parts: Vec<(usize, Vec<f32>)> = (0..n.div_ceil(block))
+        .map(|b| (b * block, Vec::new()))
         .collect();
+    pool::each(parts.iter_mut().collect(), |(c0, part)| {
+        let c1 = (*c0 + block).min(n);
+        *part = vec![0f32; rows * (c1 - *c0)];
+        columns_range(x, k, w, (*c0, c1), sum, part, simd());
+    });
     for (c0, part) in parts {
         let width = part.len() / rows;
         for m in 0..rows {

@@ -14,14 +14,13 @@
 //! - here: the weights as loaded ([`HostMatrix`]), the linear maps and
 //!   attention over MLX arrays, and the process's [`Arithmetic`].
 //!
-//! Rows are spread over threads, which never changes what any one row
-//! computes.
+//! Rows are spread over threads ([`pool`]), which never changes what any
+//! one row computes.
 
 use crate::error::Result;
 use half::bf16;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Dtype};
-use rayon::prelude::*;
 
 /// `fn $name` whose body is compiled twice, for the baseline (SSE2) and
 /// with AVX2 and FMA, the second taken where the CPU has them: the loops
@@ -68,6 +67,7 @@ mod columns;
 mod columns_x86;
 mod gates;
 mod ops;
+pub mod pool;
 mod rows;
 #[cfg(target_arch = "x86_64")]
 mod rows_x86;

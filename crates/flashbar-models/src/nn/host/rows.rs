@@ -217,18 +217,16 @@ pub fn matmul_nt<W: HostWeight>(x: &[f32], w: &[W], k: usize, out: &mut [f32]) {
     }
     // Threads take blocks of weight rows; each writes its own columns,
     // gathered per block and copied into place.
-    let block = cols.div_ceil(rayon::current_num_threads() * 4).max(1);
-    let parts: Vec<(usize, Vec<f32>)> = w
-        .par_chunks(block * k)
-        .enumerate()
-        .map(|(b, ws)| {
-            let first = b * block;
-            let width = ws.len() / k;
-            let mut part = vec![0f32; rows * width];
-            columns(ws, &mut |m, j, v| part[m * width + j] = v);
-            (first, part)
-        })
+    let block = cols.div_ceil(pool::threads() * 4).max(1);
+    let mut parts: Vec<(usize, Vec<f32>)> = (0..cols.div_ceil(block))
+        .map(|b| (b * block, Vec::new()))
         .collect();
+    let jobs: Vec<_> = w.chunks(block * k).zip(parts.iter_mut()).collect();
+    pool::each(jobs, |(ws, (_, part))| {
+        let width = ws.len() / k;
+        *part = vec![0f32; rows * width];
+        columns(ws, &mut |m, j, v| part[m * width + j] = v);
+    });
     for (first, part) in parts {
         let width = part.len() / rows;
         for m in 0..rows {
