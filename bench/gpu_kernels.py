@@ -73,11 +73,12 @@ def qmm(x, w, scales, biases, bits, gs, tiles=None, warps=None):
     n = w.shape[0]
     nt, wp = launch_qmm(n, k, bits)
     nt, wp = tiles or nt, warps or wp
-    f = kernel("flashbar_qmm", QMM, ["x", "w", "scales", "biases"], ["y"])
+    f = kernel("flashbar_qmm", QMM, ["x", "w", "scales", "biases", "res"], ["y"])
     blocks = -(-n // (8 * nt))
-    return f(inputs=[x, w, scales, biases],
+    # No fused ends (GLU = RES = 0): x stands in for the unread residual.
+    return f(inputs=[x, w, scales, biases, x],
              template=[("BITS", bits), ("HALF", int(x.dtype == mx.float16)), ("NT", nt),
-                       ("MT", 1 if m <= 16 else 2)],
+                       ("MT", 1 if m <= 16 else 2), ("GLU", 0), ("RES", 0)],
                  grid=(blocks * 32 * wp, 1, 1), threadgroup=(32 * wp, 1, 1),
                  output_shapes=[(m, n)], output_dtypes=[x.dtype])[0]
 

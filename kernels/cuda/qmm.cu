@@ -9,9 +9,14 @@
 //   const <T>* scales       [N, K / GS]
 //   const <T>* biases       [N, K / GS]
 //   (plus x's, w's and scales' shapes, added by MLX because the body names them)
-//   <T>* y                  [M, N]
+//   const <T>* res          [M, NO]  added to the output when RES (else unread)
+//   <T>* y                  [M, NO]  NO = N, or N / 2 with GLU
 // Template ints: BITS (4 | 8), HALF, NT (8-column tiles per warp), MT (16-row
-// tiles: M <= 16 or M <= 32). Run-time: M, K, N, the group size
+// tiles: M <= 16 or M <= 32), and the fused ends (docs/gpu.md, "Fused ends"):
+// GLU = 1 (with NT = 4) when the weight is a SwiGLU's gate and up maps with
+// their rows paired, 16 of gate then the same 16 of up in every 32, and y is
+// silu(gate) * up; RES = 1 when y is res + the output. Both act on each
+// output alone, after its sum: the same for every M. Run-time: M, K, N, the group size
 // K / groups (32, 64 or 128) and the block's warps (1 .. MAX_WARPS,
 // splitting K; many warps a block keep a small layer's latency low,
 // docs/gpu.md "The quantized matmul").
@@ -68,6 +73,7 @@ const int n0 = blockIdx.x * (NT * 8);
 const unsigned short* xs = reinterpret_cast<const unsigned short*>(x);
 const unsigned short* ss = reinterpret_cast<const unsigned short*>(scales);
 const unsigned short* bs = reinterpret_cast<const unsigned short*>(biases);
+const unsigned short* rs = reinterpret_cast<const unsigned short*>(res);
 unsigned short* ys = reinterpret_cast<unsigned short*>(y);
 
 auto to_float = [](unsigned short bits) -> float {
@@ -102,6 +108,16 @@ auto fma2 = [](unsigned int a, unsigned int b, unsigned int c) -> unsigned int {
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   }
   return d;
+};
+// silu(g) * u of one value, each step rounded to the activations' type as
+// MLX's ops round it (sigmoid as 1 / (1 + e^|g|), mirrored for g >= 0).
+auto glu = [&](unsigned short gb, unsigned short ub) -> unsigned short {
+  auto r = [&](float v) { return to_float(from_float(v)); };
+  const float gv = to_float(gb);
+  const float e = r(expf(fabsf(gv)));
+  const float s0 = r(__fdiv_rn(1.0f, r(__fadd_rn(1.0f, e))));
+  const float s = gv < 0.0f ? s0 : r(__fsub_rn(1.0f, s0));
+  return from_float(__fmul_rn(r(__fmul_rn(gv, s)), to_float(ub)));
 };
 auto mma = [](float* d, unsigned int a0, unsigned int a1, unsigned int a2, unsigned int a3,
               unsigned int b0, unsigned int b1) {
@@ -231,20 +247,36 @@ for (int c = warp; c < chunks; c += warps) {
   }
 }
 
-// Accumulator e of lane (g, t): row g + 8 * (e / 2), column 2t + e % 2.
-auto store = [&](int mt, int nt, int e, int at_lane, float v) {
-  const int row = mt * 16 + (at_lane >> 2) + 8 * (e >> 1);
-  const int col = n0 + nt * 8 + 2 * (at_lane & 3) + (e & 1);
-  if (row < M && col < N) ys[(size_t)row * N + col] = from_float(v);
+// Output columns: N, or with GLU one per gate / up pair.
+const int NO = GLU ? N / 2 : N;
+auto put = [&](int row, int col, float v) {
+  if (row < M && col < NO) {
+    if constexpr (RES) v = __fadd_rn(to_float(rs[(size_t)row * NO + col]), to_float(from_float(v)));
+    ys[(size_t)row * NO + col] = from_float(v);
+  }
 };
+// Accumulator e of lane (g, t): row g + 8 * (e / 2), column 2t + e % 2 of
+// tile nt. With GLU, tiles 0 and 1 hold the block's 16 gate columns and
+// tiles 2 and 3 the same 16 of up: `up` is tile nt + 2's sum.
+auto store = [&](int mt, int nt, int e, int at_lane, float v, float up) {
+  const int row = mt * 16 + (at_lane >> 2) + 8 * (e >> 1);
+  const int col = nt * 8 + 2 * (at_lane & 3) + (e & 1);
+  if constexpr (GLU) {
+    put(row, n0 / 2 + col, to_float(glu(from_float(v), from_float(up))));
+  } else {
+    put(row, n0 + col, v);
+  }
+};
+constexpr int NT_OUT = GLU ? NT / 2 : NT;
 
 if (warps == 1) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < NT_OUT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) store(mt, nt, e, lane, acc[mt][nt][e]);
+      for (int e = 0; e < 4; ++e)
+        store(mt, nt, e, lane, acc[mt][nt][e], acc[mt][(nt + NT_OUT) % NT][e]);
 } else {
   // The warps' partial sums, added in warp order.
   constexpr int PER_WARP = MT * NT * 4 * 32;
@@ -257,12 +289,15 @@ if (warps == 1) {
       for (int e = 0; e < 4; ++e)
         partial[warp * PER_WARP + ((mt * NT + nt) * 4 + e) * 32 + lane] = acc[mt][nt][e];
   __syncthreads();
-  for (int idx = threadIdx.x; idx < PER_WARP; idx += warps * 32) {
+  auto sum = [&](int idx) {
     float v = partial[idx];
     for (int other = 1; other < warps; ++other) v = __fadd_rn(v, partial[other * PER_WARP + idx]);
-    const int at_lane = idx & 31;
-    const int e = (idx >> 5) & 3;
+    return v;
+  };
+  for (int idx = threadIdx.x; idx < PER_WARP; idx += warps * 32) {
     const int tile = idx >> 7;
-    store(tile / NT, tile % NT, e, at_lane, v);
+    if (tile % NT >= NT_OUT) continue;
+    const float up = GLU ? sum(idx + NT_OUT * 128) : 0.0f;
+    store(tile / NT, tile % NT, (idx >> 5) & 3, idx & 31, sum(idx), up);
   }
 }

@@ -89,11 +89,15 @@ def compile_ok(lib, source: str) -> str:
 
 def variants():
     qmm = (KERNELS / "qmm.cu").read_text()
-    for bits, half, tiles, row_tiles in itertools.product((4, 8), (0, 1), (1, 2, 4), (1, 2)):
+    for bits, half, tiles, row_tiles, glu, res in itertools.product(
+            (4, 8), (0, 1), (1, 2, 4), (1, 2), (0, 1), (0, 1)):
+        if glu and tiles != 4:
+            continue  # the GLU end pairs tiles 0-1 with 2-3: four tiles only
         t = "f16" if half else "bf16"
-        yield (f"qmm bits={bits} half={half} NT={tiles} MT={row_tiles}", qmm,
-               [("x", t), ("w", "u32"), ("scales", t), ("biases", t)], [("y", t)],
-               [("BITS", bits), ("HALF", half), ("NT", tiles), ("MT", row_tiles)])
+        yield (f"qmm bits={bits} half={half} NT={tiles} MT={row_tiles} GLU={glu} RES={res}", qmm,
+               [("x", t), ("w", "u32"), ("scales", t), ("biases", t), ("res", t)], [("y", t)],
+               [("BITS", bits), ("HALF", half), ("NT", tiles), ("MT", row_tiles), ("GLU", glu),
+                ("RES", res)])
     attn = (KERNELS / "attn_rows.cu").read_text()
     for dim, dt, causal in itertools.product((64, 256), (0, 1, 2), (0, 1)):
         t = ("f32", "bf16", "f16")[dt]

@@ -203,7 +203,8 @@ impl Drafter {
             let x = rms_norm(&h, Some(&layer.input_layernorm), c.rms_norm_eps)?;
             h = h.add(layer.attention.forward(&x, &context, start, kv, c)?)?;
             let x = rms_norm(&h, Some(&layer.post_attention_layernorm), c.rms_norm_eps)?;
-            h = h.add(layer.mlp.forward(&x)?)?;
+            let ff = layer.mlp.forward_onto(&x, Some(&h))?;
+            h = ff.or_add(|out| Ok(h.add(out)?))?;
         }
         cache.positions += taps.shape()[1];
         let h = rms_norm(h.index((.., 1..)), Some(&self.norm), c.rms_norm_eps)?;

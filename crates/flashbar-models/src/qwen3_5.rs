@@ -8,7 +8,7 @@ use crate::error::{ModelError, Result};
 use crate::nn::attention::{Attention, KvCache};
 use crate::nn::gated_delta::{GatedDeltaNet, GdnState, GdnTape};
 use crate::nn::host;
-use crate::nn::linear::{Embedding, Linear, MatmulPath, Weights};
+use crate::nn::linear::{Embedding, Linear, MatmulPath, Onto, Weights};
 use crate::nn::mlp::Mlp;
 use crate::nn::moe::SparseMoe;
 use crate::sanitize::{is_hf_layout, sanitize};
@@ -320,18 +320,25 @@ impl DecoderLayer {
         eps: f32,
     ) -> Result<(Array, Option<GdnTape>)> {
         let x = self.input_layernorm.forward(h, eps)?;
+        // Each block's output projection adds it onto the residual stream
+        // itself where its kernel can (docs/gpu.md, "Fused ends").
         let (mixed, tape) = match (&self.mixer, state) {
-            (Mixer::Linear(gdn), LayerCache::Gdn(s)) => gdn.forward_recording(&x, s, record)?,
-            (Mixer::Attention(attn), LayerCache::Kv(kv)) => (attn.forward(&x, kv)?, None),
+            (Mixer::Linear(gdn), LayerCache::Gdn(s)) => {
+                gdn.forward_recording(&x, s, record, Some(h))?
+            }
+            (Mixer::Attention(attn), LayerCache::Kv(kv)) => {
+                (attn.forward_onto(&x, kv, Some(h))?, None)
+            }
             _ => return Err(mismatched_cache()),
         };
-        let h = self.post_attention_layernorm.residual(h, &mixed)?;
-        let x = self.post_attention_layernorm.forward(&h, eps)?;
+        let norm = &self.post_attention_layernorm;
+        let h = mixed.or_add(|out| norm.residual(h, out))?;
+        let x = norm.forward(&h, eps)?;
         let ff = match &self.feed_forward {
-            FeedForward::Dense(mlp) => mlp.forward(&x)?,
-            FeedForward::Moe(moe) => moe.forward(&x)?,
+            FeedForward::Dense(mlp) => mlp.forward_onto(&x, Some(&h))?,
+            FeedForward::Moe(moe) => Onto::Apart(moe.forward(&x)?),
         };
-        Ok((self.post_attention_layernorm.residual(&h, &ff)?, tape))
+        Ok((ff.or_add(|out| norm.residual(&h, out))?, tape))
     }
 }
 

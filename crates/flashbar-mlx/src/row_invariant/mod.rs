@@ -20,6 +20,7 @@
 use crate::custom_kernel::{self, Body, Launch};
 use crate::device::Backend;
 use mlx_rs::error::Exception;
+use mlx_rs::ops::{concatenate, split_equal};
 use mlx_rs::{Array, Dtype};
 
 static QMM: Body = Body::new("qmm", include_str!("../../../../kernels/cuda/qmm.cu"));
@@ -124,6 +125,65 @@ fn launch_override(n: i32, k: i32, bits: i32) -> Option<(i32, i32)> {
     })
 }
 
+/// What a [`quantized_matmul`] call fuses at its ends (docs/gpu.md, "Fused
+/// ends"): each acts on one output after its sum, so every row is still
+/// computed alike whatever the number of rows.
+#[derive(Clone, Copy, Default)]
+pub struct Ends<'a> {
+    /// The weight is a SwiGLU's gate and up maps with their rows paired
+    /// ([`pair_glu_rows`]) and the output is `silu(gate) * up` (`[.., N / 2]`),
+    /// rounded step by step as MLX's ops round it. See [`takes_glu`].
+    pub glu: bool,
+    /// Added to the output (its shape, the activations' type): the residual
+    /// stream a block's output projection writes onto.
+    pub residual: Option<&'a Array>,
+}
+
+/// Rows of gate and of up side by side in the weight [`Ends::glu`] takes:
+/// every block of the kernel (four 8-column tiles) holds this many of each.
+pub const GLU_PAIR: i32 = 16;
+
+/// Whether the GLU end takes a paired weight of `n` rows (gate and up
+/// together) and `k` inputs: the launch gives it four tiles a block.
+pub fn takes_glu(n: i32, k: i32, bits: i32) -> bool {
+    let (tiles, _) = launch_override(n, k, bits).unwrap_or_else(|| qmm_launch(n, k, bits));
+    tiles == 4 && n % (2 * GLU_PAIR) == 0
+}
+
+/// A gate and an up map's rows (`[I, ..]` each: packed weights, scales or
+/// biases) as the GLU end reads them: 16 rows of gate, the same 16 of up,
+/// and so on (`[2I, ..]`).
+pub fn pair_glu_rows(gate: &Array, up: &Array) -> Result<Array, Exception> {
+    let (rows, rest) = (gate.shape()[0], &gate.shape()[1..]);
+    if up.shape() != gate.shape() || rows % GLU_PAIR != 0 {
+        return Err(Exception::custom(format!(
+            "GLU rows: gate {:?} and up {:?} must match, in blocks of {GLU_PAIR}",
+            gate.shape(),
+            up.shape()
+        )));
+    }
+    let mut blocks = vec![rows / GLU_PAIR, 1, GLU_PAIR];
+    blocks.extend_from_slice(rest);
+    let paired = concatenate(&[gate.reshape(&blocks)?, up.reshape(&blocks)?], 1)?;
+    let mut shape = vec![2 * rows];
+    shape.extend_from_slice(rest);
+    paired.reshape(&shape)
+}
+
+/// The gate and up products (`[.., I]` each) in a paired weight's product
+/// (`[.., 2I]`): views, no copy.
+pub fn unpair_glu_columns(product: &Array) -> Result<(Array, Array), Exception> {
+    let shape = product.shape();
+    let lead = &shape[..shape.len() - 1];
+    let n = shape[shape.len() - 1];
+    let mut blocks = lead.to_vec();
+    blocks.extend_from_slice(&[n / (2 * GLU_PAIR), 2, GLU_PAIR]);
+    let halves = split_equal(&product.reshape(&blocks)?, 2, -2)?;
+    let mut out = lead.to_vec();
+    out.push(n / 2);
+    Ok((halves[0].reshape(&out)?, halves[1].reshape(&out)?))
+}
+
 /// `x W^T` for MLX's affine-quantized `w` (transposed, as `quantized_matmul`
 /// with `transpose = true`). Check [`takes_quantized`] first.
 pub fn quantized_matmul(
@@ -133,6 +193,19 @@ pub fn quantized_matmul(
     biases: &Array,
     group_size: i32,
     bits: i32,
+) -> Result<Array, Exception> {
+    quantized_matmul_with(x, w, scales, biases, group_size, bits, Ends::default())
+}
+
+/// [`quantized_matmul`] with its input and output [`Ends`] fused in.
+pub fn quantized_matmul_with(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    biases: &Array,
+    group_size: i32,
+    bits: i32,
+    ends: Ends,
 ) -> Result<Array, Exception> {
     if !takes_quantized(x, scales, group_size, bits) {
         return Err(Exception::custom(format!(
@@ -153,9 +226,33 @@ pub fn quantized_matmul(
             w.shape()
         )));
     }
+    if ends.glu && !takes_glu(n, k, bits) {
+        return Err(Exception::custom(format!(
+            "qmm kernel: no GLU end for a weight {:?} at this launch",
+            w.shape()
+        )));
+    }
+    let out_n = if ends.glu { n / 2 } else { n };
+    let mut out_shape = shape;
+    *out_shape.last_mut().expect("x has an axis") = out_n;
+    if let Some(r) = ends.residual {
+        if r.shape() != out_shape.as_slice() || r.dtype() != x.dtype() {
+            return Err(Exception::custom(format!(
+                "qmm kernel: residual {:?} {:?} does not fit the output {out_shape:?} {:?}",
+                r.shape(),
+                r.dtype(),
+                x.dtype()
+            )));
+        }
+    }
     let (tiles, warps) = launch_override(n, k, bits).unwrap_or_else(|| qmm_launch(n, k, bits));
     let blocks = (n + 8 * tiles - 1) / (8 * tiles);
     let x2 = x.reshape(&[m, k])?;
+    // Without a residual the kernel reads none: x stands in for it.
+    let residual = match ends.residual {
+        Some(r) => r.reshape(&[m, out_n])?,
+        None => x2.clone(),
+    };
     // The group size and the warps are run-time values of the kernel, read
     // from the scales' shape and the block's size.
     let template = [
@@ -163,19 +260,19 @@ pub fn quantized_matmul(
         ("HALF", i32::from(x.dtype() == Dtype::Float16)),
         ("NT", tiles),
         ("MT", if m <= 16 { 1 } else { 2 }),
+        ("GLU", i32::from(ends.glu)),
+        ("RES", i32::from(ends.residual.is_some())),
     ];
     let y = single(custom_kernel::launch(&Launch {
         body: &QMM,
-        input_names: &["x", "w", "scales", "biases"],
+        input_names: &["x", "w", "scales", "biases", "res"],
         output_names: &["y"],
-        inputs: &[&x2, w, scales, biases],
-        outputs: &[(vec![m, n], x.dtype())],
+        inputs: &[&x2, w, scales, biases, &residual],
+        outputs: &[(vec![m, out_n], x.dtype())],
         grid: [blocks * 32 * warps, 1, 1],
         group: [32 * warps, 1, 1],
         template: &template,
     })?)?;
-    let mut out_shape = shape;
-    *out_shape.last_mut().expect("x has an axis") = n;
     y.reshape(&out_shape)
 }
 
@@ -326,6 +423,7 @@ fn single(mut outputs: Vec<Array>) -> Result<Array, Exception> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mlx_rs::ops::indexing::IndexOp;
     use mlx_rs::ops::zeros;
 
     /// The split is a function of the weight alone; this table is the one
@@ -372,6 +470,30 @@ mod tests {
         let w = zeros::<u32>(&[8, 8]).unwrap();
         let error = quantized_matmul(&x, &w, &scales, &scales, 64, 4).unwrap_err();
         assert!(error.what().contains("unsupported"), "{}", error.what());
+        // The fused ends: a GLU end needs four tiles a block (512 columns
+        // on), a residual the output's shape and type.
+        let glu = Ends {
+            glu: true,
+            residual: None,
+        };
+        let error = quantized_matmul_with(&bf, &w, &scales, &scales, 64, 4, glu).unwrap_err();
+        assert!(error.what().contains("no GLU end"), "{}", error.what());
+        assert!(takes_glu(24_576, 4096, 4) && takes_glu(2304, 384, 8));
+        assert!(!takes_glu(256, 64, 4), "two tiles a block");
+        for residual in [
+            zeros::<f32>(&[1, 1, 8]).unwrap(),
+            zeros::<f32>(&[1, 2, 8])
+                .unwrap()
+                .as_dtype(Dtype::Bfloat16)
+                .unwrap(),
+        ] {
+            let ends = Ends {
+                glu: false,
+                residual: Some(&residual),
+            };
+            let error = quantized_matmul_with(&bf, &w, &scales, &scales, 64, 4, ends).unwrap_err();
+            assert!(error.what().contains("residual"), "{}", error.what());
+        }
 
         let q = zeros::<f32>(&[1, 6, 16, 64]).unwrap();
         let k = zeros::<f32>(&[1, 2, 40, 64]).unwrap();
@@ -388,6 +510,30 @@ mod tests {
             !takes_attention(&zeros::<f32>(&[1, 6, 16, 80]).unwrap(), &k),
             "head dim 80"
         );
+    }
+
+    /// Pairing a gate and an up map's rows and unpairing a product's
+    /// columns are inverse: the GLU end sees gate row j beside up row j.
+    #[test]
+    fn glu_rows_pair_and_unpair() {
+        let at = |a: &Array, row: i32| a.index((row, 0)).item_exact::<i32>();
+        let same = |a: &Array, b: &Array| a.eq_values(b).unwrap();
+        mlx_rs::with_device(mlx_rs::Device::cpu(), || {
+            let gate = Array::from_iter(0..64 * 3, &[64, 3]);
+            let up = Array::from_iter(1000..1000 + 64 * 3, &[64, 3]);
+            let paired = pair_glu_rows(&gate, &up).unwrap();
+            assert_eq!(paired.shape(), &[128, 3]);
+            assert_eq!((at(&paired, 0), at(&paired, 1)), (0, 3));
+            assert_eq!(at(&paired, 16), 1000, "row 16 is up's first");
+            assert_eq!(at(&paired, 32), 16 * 3, "row 32 is gate's 17th");
+            // A product's columns are the paired weight's rows: unpaired,
+            // they are gate's and up's again.
+            let product = paired.t();
+            let (g, u) = unpair_glu_columns(&product).unwrap();
+            assert!(same(&g, &gate.t()) && same(&u, &up.t()));
+            assert!(!same(&g, &up.t()));
+            assert!(pair_glu_rows(&gate.index(..40), &up.index(..40)).is_err());
+        });
     }
 
     #[test]

@@ -3,11 +3,16 @@
 //! MLX's own quantized matmul, attention and conv1d within rounding.
 
 use super::{seeded_values, CheckResult};
-use crate::row_invariant::{causal_attention, depthwise_conv, full_attention, quantized_matmul};
+use crate::row_invariant::{
+    causal_attention, depthwise_conv, full_attention, pair_glu_rows, quantized_matmul,
+    quantized_matmul_with, unpair_glu_columns, Ends,
+};
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
-use mlx_rs::ops::{concatenate, conv1d, quantize, quantized_matmul as mlx_quantized_matmul};
+use mlx_rs::ops::{
+    concatenate, conv1d, quantize, quantized_matmul as mlx_quantized_matmul, sigmoid, split_equal,
+};
 use mlx_rs::{Array, Dtype};
 
 /// (inputs, outputs, bits, group) of the layers checked: the embedded
@@ -95,6 +100,89 @@ pub(crate) fn qmm() -> Result<[CheckResult; 2], Exception> {
             // Weights dequantized to the activations' type before the tensor
             // cores, against MLX's f32 dequantization: rounding only.
             tolerance: 2e-2,
+            cross_device_tolerance: f64::INFINITY,
+            output,
+        },
+    ])
+}
+
+/// The fused ends (a SwiGLU's gate on a paired gate/up product, a residual
+/// added to the output; docs/gpu.md "Fused ends") at an MLP's gate/up shape
+/// and an output projection's: rows of M-row calls against 1-row calls, bit
+/// for bit, and each fused call against the same steps as separate MLX ops
+/// around the plain kernel (the ops a prefill's layers run).
+pub(crate) fn qmm_ends() -> Result<[CheckResult; 2], Exception> {
+    let (mut differing, mut versus_ops) = (0.0, 0.0f64);
+    let mut output = Vec::new();
+    // (inputs, outputs of the product, bits, group, GLU)
+    for (seed, (k, n, bits, group, glu)) in [
+        (384, 2304, 8, 64, true),
+        (1024, 2048, 4, 64, true),
+        (1024, 384, 8, 64, false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dtype = Dtype::Bfloat16;
+        let seed = 300 + 4 * seed as u64;
+        let w = values(seed, &[n, k], Dtype::Float32)?.multiply(Array::from_f32(0.05))?;
+        let (wq, scales, biases) = quantize(&w.as_dtype(dtype)?, group, bits)?;
+        let (wq, scales, biases) = match glu {
+            // Rows 0..n/2 the gate, the rest the up map, paired as at load.
+            true => {
+                let pair = |a: &Array| -> Result<Array, Exception> {
+                    let halves = split_equal(a, 2, 0)?;
+                    pair_glu_rows(&halves[0], &halves[1])
+                };
+                (pair(&wq)?, pair(&scales)?, pair(&biases)?)
+            }
+            false => (wq, scales, biases),
+        };
+        let out_n = if glu { n / 2 } else { n };
+        let x = values(seed + 1, &[32, k], Dtype::Float32)?
+            .multiply(Array::from_f32(3.0))?
+            .as_dtype(dtype)?;
+        let residual = values(seed + 2, &[32, out_n], dtype)?;
+        let call = |rows: std::ops::Range<i32>| {
+            let residual = residual.index(rows.clone());
+            let ends = Ends {
+                glu,
+                residual: Some(&residual),
+            };
+            quantized_matmul_with(&x.index(rows), &wq, &scales, &biases, group, bits, ends)
+        };
+        let singles = (0..32)
+            .map(|i| call(i..i + 1))
+            .collect::<Result<Vec<_>, _>>()?;
+        let singles = concatenate(&singles, 0)?;
+        for m in ROWS {
+            differing += rows_differing(&call(0..m)?, &singles.index(..m), 0)?;
+        }
+        let product = quantized_matmul(&x, &wq, &scales, &biases, group, bits)?;
+        let out = match glu {
+            true => {
+                let (gate, up) = unpair_glu_columns(&product)?;
+                gate.multiply(sigmoid(&gate)?)?.multiply(&up)?
+            }
+            false => product,
+        };
+        versus_ops = versus_ops.max(largest_relative(&singles, &out.add(&residual)?)?);
+        output.extend(super::host_f32(&singles.index(..2))?);
+    }
+    Ok([
+        CheckResult {
+            name: "qmm_fused_ends_rows_invariant",
+            max_error: differing,
+            tolerance: 0.0,
+            cross_device_tolerance: f64::INFINITY,
+            output: Vec::new(),
+        },
+        CheckResult {
+            name: "qmm_fused_ends_vs_ops",
+            max_error: versus_ops,
+            // The same steps, each rounded to bf16 as MLX's ops round them:
+            // apart only where the kernel's sigmoid rounds otherwise.
+            tolerance: 1e-2,
             cross_device_tolerance: f64::INFINITY,
             output,
         },

@@ -4,7 +4,7 @@
 use crate::config::{Rope, TextConfig};
 use crate::error::Result;
 use crate::nn::attention_host::{self, HostAttention};
-use crate::nn::linear::{row_kernels, Fused, Linear, Weights};
+use crate::nn::linear::{row_kernels, Fused, Linear, Onto, Weights};
 use crate::nn::{fused, host};
 use flashbar_mlx::row_invariant;
 use mlx_rs::fast::{rms_norm, scaled_dot_product_attention, ScaledDotProductAttentionMask};
@@ -121,6 +121,18 @@ impl Attention {
 
     /// `x`: `[B, L, hidden]`; appends L positions to `cache`.
     pub fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
+        match self.forward_onto(x, cache, None)? {
+            Onto::Apart(out) | Onto::Added(out) => Ok(out),
+        }
+    }
+
+    /// [`Self::forward`] onto the residual stream `residual` when given.
+    pub fn forward_onto(
+        &self,
+        x: &Array,
+        cache: &mut KvCache,
+        residual: Option<&Array>,
+    ) -> Result<Onto> {
         let (b, l) = (x.shape()[0], x.shape()[1]);
         let qkv = self.qkv.forward(x)?;
         let scale = (self.head_dim as f32).powf(-0.5);
@@ -131,7 +143,7 @@ impl Attention {
             if let Some((q, k, v)) = head.project(parts, heads, d, cache.len())? {
                 let (keys, values) = cache.append_host(k, v)?;
                 let out = host::causal_attention(&q, &keys, &values, scale, self.arithmetic)?;
-                return self.gate_and_project(&out, &qkv[0]);
+                return self.gate_and_project(&out, &qkv[0], residual);
             }
         }
         let both = qkv[0].reshape(&[b, l, self.num_heads, -1])?;
@@ -152,7 +164,7 @@ impl Attention {
 
         let out = if self.host && b == 1 {
             let out = host::causal_attention(&queries, &keys, &values, scale, self.arithmetic)?;
-            return self.gate_and_project(&out, &qkv[0]);
+            return self.gate_and_project(&out, &qkv[0], residual);
         } else if self.row_kernel && row_invariant::takes_attention(&queries, &keys) {
             row_invariant::causal_attention(&queries, &keys, &values, scale)?
         } else {
@@ -160,20 +172,33 @@ impl Attention {
             scaled_dot_product_attention(&queries, &keys, &values, scale, mask, None)?
         };
         let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
-        self.o_proj.forward(&fused::sigmoid_gate(&out, &gate)?)
+        self.project(&fused::sigmoid_gate(&out, &gate)?, residual)
+    }
+
+    /// `o_proj`, onto `residual` when given.
+    fn project(&self, x: &Array, residual: Option<&Array>) -> Result<Onto> {
+        match residual {
+            Some(residual) => self.o_proj.forward_onto(x, residual),
+            None => Ok(Onto::Apart(self.o_proj.forward(x)?)),
+        }
     }
 
     /// The host attention's `out` `[1, H, L, d]` times the sigmoid of its
     /// gate (from `q_gate`, the query product), then `o_proj`.
-    fn gate_and_project(&self, out: &Array, q_gate: &Array) -> Result<Array> {
+    fn gate_and_project(
+        &self,
+        out: &Array,
+        q_gate: &Array,
+        residual: Option<&Array>,
+    ) -> Result<Onto> {
         if let Some(gated) = host::attention_gate(out, q_gate)? {
-            return self.o_proj.forward(&gated);
+            return self.project(&gated, residual);
         }
         let l = out.shape()[2];
         let both = q_gate.reshape(&[1, l, self.num_heads, -1])?;
         let gate = split_equal(&both, 2, -1)?[1].reshape(&[1, l, -1])?;
         let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[1, l, -1])?;
-        self.o_proj.forward(&fused::sigmoid_gate(&out, &gate)?)
+        self.project(&fused::sigmoid_gate(&out, &gate)?, residual)
     }
 
     fn rotate(&self, x: &Array, offset: i32) -> Result<Array> {

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::nn::gated_delta_head::HostHead;
 use crate::nn::gated_delta_host::{self, Dims};
 use crate::nn::host;
-use crate::nn::linear::{row_kernels, Fused, Linear, Weights};
+use crate::nn::linear::{row_kernels, Fused, Linear, Onto, Weights};
 use flashbar_mlx::{device, gdn_kernels, row_invariant};
 use mlx_rs::fast::rms_norm;
 use mlx_rs::nn::{silu, softplus};
@@ -209,16 +209,20 @@ impl GatedDeltaNet {
 
     /// `x`: `[B, S, hidden]`; advances `state` by S tokens.
     pub fn forward(&self, x: &Array, state: &mut GdnState) -> Result<Array> {
-        Ok(self.forward_recording(x, state, false)?.0)
+        match self.forward_recording(x, state, false, None)?.0 {
+            Onto::Apart(out) | Onto::Added(out) => Ok(out),
+        }
     }
 
-    /// [`Self::forward`], also returning the rollback tape when `record`.
+    /// [`Self::forward`] onto the residual stream `residual` when given,
+    /// also returning the rollback tape when `record`.
     pub fn forward_recording(
         &self,
         x: &Array,
         state: &mut GdnState,
         record: bool,
-    ) -> Result<(Array, Option<GdnTape>)> {
+        residual: Option<&Array>,
+    ) -> Result<(Onto, Option<GdnTape>)> {
         let (b, s) = (x.shape()[0], x.shape()[1]);
         let (hk, hv, dk, dv) = (
             self.num_k_heads,
@@ -259,7 +263,7 @@ impl GatedDeltaNet {
             } else {
                 None
             };
-            return Ok((self.out_proj.forward(&out.out)?, tape));
+            return Ok((self.project(&out.out, residual)?, tape));
         }
         let bf16 = [&qkv, &b_proj, &a]
             .iter()
@@ -273,7 +277,7 @@ impl GatedDeltaNet {
                 dv: dv as usize,
             };
             let (y, tape) = head.forward(&qkv, &b_proj, &a, state, dims, record)?;
-            return Ok((self.finish(&y, &z, qkv.dtype(), b, s)?, tape));
+            return Ok((self.finish(&y, &z, qkv.dtype(), b, s, residual)?, tape));
         }
         let z_rows = z;
         let beta = sigmoid(&b_proj)?;
@@ -352,15 +356,32 @@ impl GatedDeltaNet {
         // the whole residual stream f32 from the first layer on in a bf16
         // model: other rounding than mlx-lm's, and on CUDA every later
         // matmul a f32 one (docs/dflash.md, "Activation types").
-        Ok((self.finish(&y, &z_rows, q.dtype(), b, s)?, tape))
+        Ok((self.finish(&y, &z_rows, q.dtype(), b, s, residual)?, tape))
+    }
+
+    /// The output projection, onto `residual` when given.
+    fn project(&self, x: &Array, residual: Option<&Array>) -> Result<Onto> {
+        match residual {
+            Some(residual) => self.out_proj.forward_onto(x, residual),
+            None => Ok(Onto::Apart(self.out_proj.forward(x)?)),
+        }
     }
 
     /// The gated norm of the recurrence's `y` by `z` (`[B, S, Hv * Dv]`),
     /// in the activations' type `act`, and the output projection.
-    fn finish(&self, y: &Array, z: &Array, act: Dtype, b: i32, s: i32) -> Result<Array> {
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        y: &Array,
+        z: &Array,
+        act: Dtype,
+        b: i32,
+        s: i32,
+        residual: Option<&Array>,
+    ) -> Result<Onto> {
         if let Some(w) = &self.host_norm {
             if let Some(gated) = host::gated_norm(y, z, w, self.eps, act)? {
-                return self.out_proj.forward(&gated);
+                return self.project(&gated, residual);
             }
         }
         let z = z.reshape(&[b, s, self.num_v_heads, self.head_v_dim])?;
@@ -369,7 +390,7 @@ impl GatedDeltaNet {
         let gated = silu(z.as_dtype(Dtype::Float32)?)?
             .multiply(normed.as_dtype(Dtype::Float32)?)?
             .as_dtype(y.dtype())?;
-        self.out_proj.forward(&gated.reshape(&[b, s, -1])?)
+        self.project(&gated.reshape(&[b, s, -1])?, residual)
     }
 }
 

@@ -9,7 +9,7 @@ use crate::config::{QuantParams, Quantization};
 use crate::error::{ModelError, Result};
 use crate::nn::host::{self, ColumnSum, HostMatrix};
 use flashbar_mlx::device::{self, Backend};
-use flashbar_mlx::row_invariant;
+use flashbar_mlx::row_invariant::{self, Ends};
 use mlx_rs::ops::{
     concatenate, dequantize, gather_mm, gather_qmm, matmul, quantized_matmul, split_at_indices,
 };
@@ -56,6 +56,35 @@ pub fn row_kernels() -> bool {
 /// benchmarks isolate the matmul's share of a step; not lossless on CUDA).
 pub fn row_qmm() -> bool {
     row_kernels() && std::env::var(GPU_KERNELS_ENV).as_deref() != Ok("mlx-qmm")
+}
+
+/// `0` keeps a SwiGLU's gate and a block's residual add as MLX ops beside
+/// the row-invariant matmul instead of fused into it ([`Onto`]);
+/// benchmarks compare the two.
+pub const FUSE_ENDS_ENV: &str = "FLASHBAR_FUSE_ENDS";
+
+fn fuse_ends() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(FUSE_ENDS_ENV).as_deref() != Ok("0"))
+}
+
+/// A block's output on its way onto the residual stream: already added
+/// where the row-invariant matmul added it in its last step (decode and
+/// verify on CUDA, docs/gpu.md "Fused ends"), else still to add.
+pub enum Onto {
+    Added(Array),
+    Apart(Array),
+}
+
+impl Onto {
+    /// The residual stream after this block: `add` the output where it is
+    /// still apart.
+    pub fn or_add(self, add: impl FnOnce(&Array) -> Result<Array>) -> Result<Array> {
+        match self {
+            Onto::Added(sum) => Ok(sum),
+            Onto::Apart(out) => add(&out),
+        }
+    }
 }
 
 /// Who multiplies a checkpoint's weights (and, for attention, its scores).
@@ -272,6 +301,42 @@ impl LinearWeight {
     }
 }
 
+impl LinearWeight {
+    /// The row-invariant matmul with its [`Ends`] fused in, where it takes
+    /// `x` (the activations, or a SwiGLU's `[gate | up]` halves); None where
+    /// another path multiplies (the CPU, prefill, other formats).
+    fn apply_with(&self, x: &Array, ends: Ends) -> Result<Option<Array>> {
+        let LinearWeight::Quantized(q) = self else {
+            return Ok(None);
+        };
+        if !(q.row_kernel
+            && fuse_ends()
+            && row_invariant::takes_quantized(x, &q.scales, q.group_size, q.bits))
+        {
+            return Ok(None);
+        }
+        let k = q.weight.shape()[1] * (32 / q.bits);
+        let fits = x.shape()[x.ndim() - 1] == k
+            && (!ends.glu || row_invariant::takes_glu(q.weight.shape()[0], k, q.bits));
+        let residual_fits = ends.residual.is_none_or(|r| {
+            r.dtype() == x.dtype() && r.shape()[..r.ndim() - 1] == x.shape()[..x.ndim() - 1]
+        });
+        if !(fits && residual_fits) {
+            return Ok(None);
+        }
+        let product = row_invariant::quantized_matmul_with(
+            x,
+            &q.weight,
+            &q.scales,
+            &q.biases,
+            q.group_size,
+            q.bits,
+            ends,
+        )?;
+        Ok(Some(product))
+    }
+}
+
 /// Whether `x` has enough rows for the CPU's dequantize-then-gemm path.
 fn prefers_gemm(x: &Array) -> bool {
     let shape = x.shape();
@@ -299,6 +364,21 @@ impl Linear {
             None => y,
         })
     }
+
+    /// [`Self::forward`] onto the residual stream `residual`: added in the
+    /// matmul's last step where the row-invariant kernel runs it.
+    pub fn forward_onto(&self, x: &Array, residual: &Array) -> Result<Onto> {
+        if self.bias.is_none() {
+            let ends = Ends {
+                glu: false,
+                residual: Some(residual),
+            };
+            if let Some(sum) = self.weight.apply_with(x, ends)? {
+                return Ok(Onto::Added(sum));
+            }
+        }
+        Ok(Onto::Apart(self.forward(x)?))
+    }
 }
 
 /// Several linear maps of one input (a layer's q/k/v, its gate and up
@@ -314,6 +394,9 @@ pub struct Fused {
     parts: Vec<Linear>,
     /// The stacked weight and each map's width.
     stacked: Option<(LinearWeight, Vec<i32>)>,
+    /// A SwiGLU's gate and up maps stacked with their rows paired for the
+    /// row-invariant kernel's GLU end ([`Fused::load_glu`]).
+    paired: bool,
 }
 
 /// `0` keeps packed maps on MLX's path one product each instead of stacked
@@ -326,15 +409,85 @@ impl Fused {
             .iter()
             .map(|path| Linear::load(weights, path))
             .collect::<Result<Vec<_>>>()?;
+        Self::of(parts)
+    }
+
+    fn of(parts: Vec<Linear>) -> Result<Self> {
         match stack(&parts)? {
             Some(weight) => Ok(Fused {
                 stacked: Some((weight, stack_widths(&parts))),
                 parts: Vec::new(),
+                paired: false,
             }),
             None => Ok(Fused {
                 parts,
                 stacked: None,
+                paired: false,
             }),
+        }
+    }
+
+    /// A SwiGLU's `gate` and `up` maps ([`Self::load`]), stacked with
+    /// their rows paired where the row-invariant kernel can compute
+    /// `silu(gate) * up` as it writes the product ([`Self::forward_glu`];
+    /// docs/gpu.md, "Fused ends"). Memory is unchanged: the rows are only
+    /// reordered, straight from the two maps.
+    pub fn load_glu(weights: &mut Weights, gate: &str, up: &str) -> Result<Self> {
+        let parts = vec![Linear::load(weights, gate)?, Linear::load(weights, up)?];
+        let widths = stack_widths(&parts);
+        let paired = match (&parts[0].weight, &parts[1].weight, widths.as_slice()) {
+            (LinearWeight::Quantized(g), LinearWeight::Quantized(u), &[n, m])
+                if n == m
+                    && g.row_kernel
+                    && fuse_ends()
+                    && (g.group_size, g.bits, g.row_kernel)
+                        == (u.group_size, u.bits, u.row_kernel)
+                    && g.scales.dtype() == u.scales.dtype()
+                    && g.weight.shape()[1..] == u.weight.shape()[1..]
+                    && parts.iter().all(|p| p.bias.is_none())
+                    && row_invariant::takes_glu(
+                        2 * n,
+                        g.weight.shape()[1] * (32 / g.bits),
+                        g.bits,
+                    ) =>
+            {
+                let pair = |of: fn(&Packed) -> &Array| -> Result<Array> {
+                    let paired = row_invariant::pair_glu_rows(of(g), of(u))?;
+                    // Evaluated now, so the maps' own arrays are freed with `parts`.
+                    paired.eval()?;
+                    Ok(paired)
+                };
+                Packed {
+                    weight: pair(|q| &q.weight)?,
+                    scales: pair(|q| &q.scales)?,
+                    biases: pair(|q| &q.biases)?,
+                    group_size: g.group_size,
+                    bits: g.bits,
+                    row_kernel: g.row_kernel,
+                }
+            }
+            _ => return Self::of(parts),
+        };
+        Ok(Fused {
+            stacked: Some((LinearWeight::Quantized(paired), widths)),
+            parts: Vec::new(),
+            paired: true,
+        })
+    }
+
+    /// `silu(gate) * up` of a [`Self::load_glu`] pair in one call, where
+    /// its rows are paired and the row-invariant kernel takes `x`; None
+    /// elsewhere.
+    pub fn forward_glu(&self, x: &Array) -> Result<Option<Array>> {
+        match &self.stacked {
+            Some((weight, _)) if self.paired => {
+                let ends = Ends {
+                    glu: true,
+                    residual: None,
+                };
+                weight.apply_with(x, ends)
+            }
+            _ => Ok(None),
         }
     }
 
@@ -373,6 +526,10 @@ impl Fused {
                     })
                     .collect();
                 let all = weight.apply(x)?;
+                if self.paired {
+                    let (gate, up) = row_invariant::unpair_glu_columns(&all)?;
+                    return Ok(vec![gate, up]);
+                }
                 Ok(split_at_indices(&all, &ends[..ends.len() - 1], -1)?)
             }
             None => self.parts.iter().map(|part| part.forward(x)).collect(),
@@ -604,6 +761,7 @@ mod tests {
         let fused = Fused {
             stacked: Some((weight, stack_widths(&parts))),
             parts: Vec::new(),
+            paired: false,
         };
         assert!(fused.is_stacked() && !fused.is_host());
         for rows in [1, 16] {
@@ -620,6 +778,36 @@ mod tests {
         }
         let mixed = vec![packed(32, 128, 4, 1.0), packed(32, 128, 8, 2.0)];
         assert!(stack(&mixed).unwrap().is_none(), "4-bit and 8-bit maps");
+    }
+
+    /// A gate and up pair stacked with their rows paired (the GPU's GLU
+    /// end) still gives each map's own product when the kernel does not
+    /// take the input (prefill): the columns are unpaired after it.
+    #[test]
+    fn paired_glu_rows_give_each_maps_product() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let parts = vec![packed(64, 128, 4, 1.0), packed(64, 128, 4, 2.0)];
+        let Some(LinearWeight::Quantized(mut q)) = stack(&parts).unwrap() else {
+            panic!("one format: stacked");
+        };
+        for array in [&mut q.weight, &mut q.scales, &mut q.biases] {
+            let halves = mlx_rs::ops::split_equal(&*array, 2, 0).unwrap();
+            *array = row_invariant::pair_glu_rows(&halves[0], &halves[1]).unwrap();
+        }
+        let fused = Fused {
+            stacked: Some((LinearWeight::Quantized(q), stack_widths(&parts))),
+            parts: Vec::new(),
+            paired: true,
+        };
+        // Not on the row-invariant kernel (the CPU): no fused gate here.
+        let x = values(16, 128, 9.0);
+        assert!(fused.forward_glu(&x).unwrap().is_none());
+        let maps = fused.forward(&x).unwrap();
+        for (map, part) in maps.iter().zip(&parts) {
+            let alone = part.forward(&x).unwrap();
+            assert_eq!(map.shape(), alone.shape());
+            assert_eq!(largest(&map.subtract(&alone).unwrap()), 0.0);
+        }
     }
 
     /// Below the threshold (decode, verify blocks) the quantized kernel runs

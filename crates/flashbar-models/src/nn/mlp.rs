@@ -1,7 +1,7 @@
 //! The SwiGLU feed-forward block: `down(silu(gate(x)) * up(x))`.
 
 use crate::error::Result;
-use crate::nn::linear::{Fused, Linear, Weights};
+use crate::nn::linear::{Fused, Linear, Onto, Weights};
 use crate::nn::{fused, host};
 use mlx_rs::Array;
 
@@ -14,15 +14,39 @@ pub struct Mlp {
 impl Mlp {
     pub fn load(weights: &mut Weights, path: &str) -> Result<Self> {
         Ok(Mlp {
-            gate_up: Fused::load(
+            gate_up: Fused::load_glu(
                 weights,
-                &["gate", "up"].map(|part| format!("{path}.{part}_proj")),
+                &format!("{path}.gate_proj"),
+                &format!("{path}.up_proj"),
             )?,
             down_proj: Linear::load(weights, &format!("{path}.down_proj"))?,
         })
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array> {
+        match self.forward_onto(x, None)? {
+            Onto::Apart(out) | Onto::Added(out) => Ok(out),
+        }
+    }
+
+    /// [`Self::forward`], onto the residual stream `residual` when given.
+    /// On the row-invariant kernels the gate/up product writes
+    /// `silu(gate) * up` itself and the down product adds itself onto the
+    /// residual: two calls for the layer's six steps (docs/gpu.md, "Fused
+    /// ends").
+    pub fn forward_onto(&self, x: &Array, residual: Option<&Array>) -> Result<Onto> {
+        let hidden = match self.gate_up.forward_glu(x)? {
+            Some(hidden) => hidden,
+            None => self.hidden(x)?,
+        };
+        match residual {
+            Some(residual) => self.down_proj.forward_onto(&hidden, residual),
+            None => Ok(Onto::Apart(self.down_proj.forward(&hidden)?)),
+        }
+    }
+
+    /// `silu(gate(x)) * up(x)` product by product.
+    fn hidden(&self, x: &Array) -> Result<Array> {
         let gate_up = self.gate_up.forward(x)?;
         // On the host path the products' outputs are host arrays already:
         // the gate on the host too, bit for bit MLX's (docs/cpu.md, "Host ops").
@@ -30,10 +54,9 @@ impl Mlp {
             true => host::swiglu(&gate_up[0], &gate_up[1])?,
             false => None,
         };
-        let hidden = match host {
-            Some(hidden) => hidden,
-            None => fused::swiglu(&gate_up[0], &gate_up[1])?,
-        };
-        self.down_proj.forward(&hidden)
+        match host {
+            Some(hidden) => Ok(hidden),
+            None => fused::swiglu(&gate_up[0], &gate_up[1]),
+        }
     }
 }
