@@ -13,6 +13,10 @@ and the Rust side's test pins the same table). Prints one JSON line per check:
   equals the 1-row product of row i bit for bit, for M = 1..32; and the
   largest difference from `mx.quantized_matmul`, relative to its largest
   value;
+- qmm with GATHER (a MoE's experts, the 35B-A3B's 256 of 2048 -> 512 and
+  512 -> 2048, top 8): each token's rows of an M-token call equal a 1-token
+  call's bit for bit, and `mx.gather_qmm` within rounding (`--experts-only`
+  runs just this);
 - attn_rows: query i of a T-query call equals a 1-query call over the cache
   cut after query i (a decode step at that position), bit for bit; and the
   difference from `mx.fast.scaled_dot_product_attention`;
@@ -73,12 +77,12 @@ def qmm(x, w, scales, biases, bits, gs, tiles=None, warps=None):
     n = w.shape[0]
     nt, wp = launch_qmm(n, k, bits)
     nt, wp = tiles or nt, warps or wp
-    f = kernel("flashbar_qmm", QMM, ["x", "w", "scales", "biases", "res"], ["y"])
+    f = kernel("flashbar_qmm", QMM, ["x", "w", "scales", "biases", "res", "pairs"], ["y"])
     blocks = -(-n // (8 * nt))
-    # No fused ends (GLU = RES = 0): x stands in for the unread residual.
-    return f(inputs=[x, w, scales, biases, x],
+    # No fused ends (GLU = RES = GATHER = 0): x stands in for the unread residual and pairs.
+    return f(inputs=[x, w, scales, biases, x, x],
              template=[("BITS", bits), ("HALF", int(x.dtype == mx.float16)), ("NT", nt),
-                       ("MT", 1 if m <= 16 else 2), ("GLU", 0), ("RES", 0)],
+                       ("MT", 1 if m <= 16 else 2), ("GLU", 0), ("RES", 0), ("GATHER", 0)],
                  grid=(blocks * 32 * wp, 1, 1), threadgroup=(32 * wp, 1, 1),
                  output_shapes=[(m, n)], output_dtypes=[x.dtype])[0]
 
@@ -155,6 +159,68 @@ def check_qmm(quick: bool, combos=None):
             out(check="qmm rows", model=model, layer=layer, k=k, n=n, bits=bits, group=gs,
                 dtype=str(dtype).split(".")[-1], rows_differing=differing, rel_diff_vs_mlx=round(rel, 6),
                 ok=not differing and rel < 2e-2)
+
+
+def gathered(x, w, scales, biases, rows, experts, tokens, bits, gs):
+    """The experts' kernel (qmm.cu with GATHER): output row p is
+    x[rows[p]] . w[experts[p]]^T; mirrors `row_invariant::gather_quantized_matmul`."""
+    n, k = w.shape[1], x.shape[1]
+    nt, wp = launch_qmm(n, k, bits)
+    f = kernel("flashbar_qmm", QMM, ["x", "w", "scales", "biases", "res", "pairs"], ["y"])
+    pairs = mx.stack([rows.astype(mx.int32), experts.astype(mx.int32)])
+    return f(inputs=[x, w, scales, biases, x, pairs],
+             template=[("BITS", bits), ("HALF", int(x.dtype == mx.float16)), ("NT", nt),
+                       ("MT", 1 if tokens <= 16 else 2), ("GLU", 0), ("RES", 0), ("GATHER", 1)],
+             grid=(-(-n // (8 * nt)) * 32 * wp, w.shape[0], 1), threadgroup=(32 * wp, 1, 1),
+             output_shapes=[(rows.size, n)], output_dtypes=[x.dtype])[0]
+
+
+def check_experts():
+    """The 35B-A3B's experts (256, top 8): each token's rows of an M-token
+    call equal a 1-token call's bit for bit, and `mx.gather_qmm` within rounding."""
+    experts_n, top = 256, 8
+    for seed, (layer, k, n, per_token) in enumerate([("expert gate/up", 2048, 512, True),
+                                                      ("expert down", 512, 2048, False)]):
+        for bits in (4, 8):
+            w = (mx.random.normal((experts_n, n, k), key=mx.random.key(seed)) * 0.02).astype(mx.bfloat16)
+            wq, s, b = mx.quantize(w, group_size=64, bits=bits)
+            # Token t meets experts (7t + 37j) % 256: distinct, some shared.
+            idx = mx.array([[(7 * t + 37 * j) % experts_n for j in range(top)] for t in range(32)])
+            x = mx.random.normal((32 if per_token else 32 * top, k), key=mx.random.key(50 + seed)).astype(mx.bfloat16)
+
+            def call(m, first=0):
+                pairs = m * top
+                rows = mx.arange(pairs) // top if per_token else mx.arange(pairs)
+                xs = x[first:first + m] if per_token else x[first * top:(first + m) * top]
+                return gathered(xs, wq, s, b, rows, idx[first:first + m].reshape(-1), m, bits, 64)
+
+            singles = mx.concatenate([call(1, t) for t in range(32)])
+            mx.eval(singles)
+            differing = {}
+            for m in ROWS:
+                bad = int(mx.sum(mx.any(call(m) != singles[:m * top], axis=-1)).item())
+                if bad:
+                    differing[m] = bad
+            xr = x[:, None, None, :] if per_token else x.reshape(32, top, 1, k)
+            ref = mx.gather_qmm(xr, wq, s, b, rhs_indices=idx, transpose=True, group_size=64, bits=bits)
+            ref = ref.reshape(32 * top, n).astype(mx.float32)
+            rel = float(mx.abs(singles.astype(mx.float32) - ref).max().item()) / max(
+                float(mx.abs(ref).max().item()), 1e-30)
+            out(check="experts rows", layer=layer, k=k, n=n, bits=bits, rows_differing=differing,
+                rel_diff_vs_mlx=round(rel, 6), ok=not differing and rel < 2e-2)
+            if not per_token:
+                # The block's weighted sum over a token's experts (MLX's ops,
+                # as nn/moe.rs runs them): a token's sum alone against in M.
+                scores = mx.softmax(mx.random.normal((32, top), key=mx.random.key(77)), axis=-1).astype(mx.bfloat16)
+                y = singles.reshape(32, 1, top, n)
+
+                def weighted(m, first=0):
+                    return (y[first:first + m] * scores[first:first + m, None, :, None]).sum(axis=-2)
+
+                alone = mx.concatenate([weighted(1, t) for t in range(32)])
+                bad = {m: int(mx.sum(mx.any(weighted(m) != alone[:m], axis=-1)).item()) for m in ROWS}
+                bad = {m: v for m, v in bad.items() if v}
+                out(check="experts weighted sum rows", n=n, rows_differing=bad, ok=not bad)
 
 
 def check_attn():
@@ -264,12 +330,17 @@ def main():
     parser.add_argument("--no-speed", action="store_true")
     parser.add_argument("--combos", type=parse_combos, default=None,
                         help="check only these quantizations, e.g. 4:32:bf16,8:64:f16 (bits:group:dtype)")
+    parser.add_argument("--experts-only", action="store_true", help="only the MoE experts' exactness")
     args = parser.parse_args()
     # Where a stuck run waits (a kernel, a compile), every 60 s.
     faulthandler.dump_traceback_later(60, repeat=True)
     out(device=str(mx.default_device()), mlx=mx.__version__)
-    for step in (lambda: check_qmm(args.quick, args.combos), check_attn, check_mlx_ops) + (() if args.no_speed else
-                                                                (lambda: speed_qmm(args.variants), speed_attn)):
+    steps = (lambda: check_qmm(args.quick, args.combos), check_experts, check_attn, check_mlx_ops)
+    if args.experts_only:
+        steps = (check_experts,)
+    elif not args.no_speed:
+        steps += (lambda: speed_qmm(args.variants), speed_attn)
+    for step in steps:
         try:
             step()
         except Exception as error:  # a compile error names the kernel; keep going

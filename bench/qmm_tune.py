@@ -58,19 +58,19 @@ _kernels = {}
 
 def body_kernel(name, source):
     if name not in _kernels:
-        _kernels[name] = mx.fast.cuda_kernel(name=name, input_names=["x", "w", "scales", "biases", "res"],
-                                             output_names=["y"], source=source)
+        inputs = ["x", "w", "scales", "biases", "res", "pairs"]
+        _kernels[name] = mx.fast.cuda_kernel(name=name, input_names=inputs, output_names=["y"], source=source)
     return _kernels[name]
 
 
 def qmm(source, name, x, w, scales, biases, bits, nt, warps):
     m, k = x.shape
     n = w.shape[0]
-    # No fused ends (GLU = RES = 0): x stands in for the unread residual.
+    # No fused ends (GLU = RES = GATHER = 0): x stands in for the unread residual and pairs.
     template = [("BITS", bits), ("HALF", int(x.dtype == mx.float16)), ("NT", nt), ("MT", 1 if m <= 16 else 2),
-                ("GLU", 0), ("RES", 0)]
+                ("GLU", 0), ("RES", 0), ("GATHER", 0)]
     blocks = -(-n // (8 * nt))
-    return body_kernel(name, source)(inputs=[x, w, scales, biases, x], template=template,
+    return body_kernel(name, source)(inputs=[x, w, scales, biases, x, x], template=template,
                                      grid=(blocks * 32 * warps, 1, 1), threadgroup=(32 * warps, 1, 1),
                                      output_shapes=[(m, n)], output_dtypes=[x.dtype])[0]
 

@@ -16,7 +16,16 @@
 // GLU = 1 (with NT = 4) when the weight is a SwiGLU's gate and up maps with
 // their rows paired, 16 of gate then the same 16 of up in every 32, and y is
 // silu(gate) * up; RES = 1 when y is res + the output. Both act on each
-// output alone, after its sum: the same for every M. Run-time: M, K, N, the group size
+// output alone, after its sum: the same for every M.
+// GATHER = 1 for a MoE's experts (docs/gpu.md, "The experts"): w, scales and
+// biases hold one map per expert ([E, N, ..]), and
+//   const int32_t* pairs    [2, P]   the input row and the expert of each output row
+// (else unread); y is [P, NO]. Block (column block, expert e) takes the pairs
+// routed to e, in order, as the rows of its tile (at most 32: a token meets
+// an expert once), and returns at once where there are none: each expert's
+// weights are read once for all its rows, and a row is summed as it would be
+// alone, wherever it sits in the tile (as for M rows above).
+// Run-time: M, K, N, the group size
 // K / groups (32, 64 or 128) and the block's warps (1 .. MAX_WARPS,
 // splitting K; many warps a block keep a small layer's latency low,
 // docs/gpu.md "The quantized matmul").
@@ -56,16 +65,45 @@ constexpr int XV = VALS / 8;            // 16-byte loads of one row of x per chu
 // 256 with four tiles; their partial sums fit 32 KB of shared memory.
 constexpr int MAX_WARPS = NT == 4 ? 8 : 16;
 
-const int M = x_shape[0];
+int M = x_shape[0];
 const int K = x_shape[1];
-const int N = w_shape[0];
+const int N = w_shape[GATHER ? 1 : 0];
 const int KW = K * BITS / 32;
-const int G = scales_shape[1];
+const int G = scales_shape[GATHER ? 2 : 1];
 const int GS = K / G;
 const int warps = blockDim.x >> 5;
 
 const int lane = threadIdx.x & 31;
 const int warp = threadIdx.x >> 5;
+
+// GATHER: this block's expert's pairs, found by the first warp in order.
+const int* pr = reinterpret_cast<const int*>(pairs);
+__shared__ int tile_pair[32];
+__shared__ int tile_rows;
+size_t first_row = 0;  // the expert's first row of w, scales and biases
+if constexpr (GATHER) {
+  const int P = pairs_shape[1];
+  const int e = blockIdx.y;
+  if (warp == 0) {
+    int found = 0;
+    for (int base = 0; base < P; base += 32) {
+      const int p = base + lane;
+      const bool mine = p < P && pr[P + p] == e;
+      const unsigned int ballot = __ballot_sync(0xFFFFFFFFu, mine);
+      const int at = found + __popc(ballot & ((1u << lane) - 1u));
+      if (mine && at < 32) tile_pair[at] = p;
+      found += __popc(ballot);
+    }
+    if (lane == 0) tile_rows = found < 32 ? found : 32;
+  }
+  __syncthreads();
+  M = tile_rows;
+  if (M == 0) return;
+  first_row = (size_t)e * N;
+}
+// Row r of the tile: the row of x it reads, the row of y it writes.
+auto x_row = [&](int r) -> size_t { return GATHER ? (size_t)pr[tile_pair[r]] : (size_t)r; };
+auto y_row = [&](int r) -> size_t { return GATHER ? (size_t)tile_pair[r] : (size_t)r; };
 const int g = lane >> 2;
 const int t = lane & 3;
 const int n0 = blockIdx.x * (NT * 8);
@@ -160,9 +198,9 @@ for (int c = warp; c < chunks; c += warps) {
   for (int nt = 0; nt < NT; ++nt) {
     const int n = n0 + nt * 8 + g;
     if (live && n < N) {
-      q[nt] = __ldg(reinterpret_cast<const uint4*>(w + (size_t)n * KW + k0 * BITS / 32));
-      sc[nt] = ss[(size_t)n * G + k0 / GS];
-      bi[nt] = bs[(size_t)n * G + k0 / GS];
+      q[nt] = __ldg(reinterpret_cast<const uint4*>(w + (first_row + n) * KW + k0 * BITS / 32));
+      sc[nt] = ss[(first_row + n) * G + k0 / GS];
+      bi[nt] = bs[(first_row + n) * G + k0 / GS];
     } else {
       q[nt] = make_uint4(0u, 0u, 0u, 0u);
       sc[nt] = 0;
@@ -179,7 +217,7 @@ for (int c = warp; c < chunks; c += warps) {
     for (int h = 0; h < 2; ++h) {
       const int row = mt * 16 + h * 8 + g;
       if (live && row < M) {
-        const uint4* p = reinterpret_cast<const uint4*>(xs + (size_t)row * K + k0);
+        const uint4* p = reinterpret_cast<const uint4*>(xs + x_row(row) * K + k0);
 #pragma unroll
         for (int i = 0; i < XV; ++i) {
           const uint4 v = p[i];
@@ -251,8 +289,8 @@ for (int c = warp; c < chunks; c += warps) {
 const int NO = GLU ? N / 2 : N;
 auto put = [&](int row, int col, float v) {
   if (row < M && col < NO) {
-    if constexpr (RES) v = __fadd_rn(to_float(rs[(size_t)row * NO + col]), to_float(from_float(v)));
-    ys[(size_t)row * NO + col] = from_float(v);
+    if constexpr (RES) v = __fadd_rn(to_float(rs[y_row(row) * NO + col]), to_float(from_float(v)));
+    ys[y_row(row) * NO + col] = from_float(v);
   }
 };
 // Accumulator e of lane (g, t): row g + 8 * (e / 2), column 2t + e % 2 of

@@ -89,15 +89,20 @@ def compile_ok(lib, source: str) -> str:
 
 def variants():
     qmm = (KERNELS / "qmm.cu").read_text()
-    for bits, half, tiles, row_tiles, glu, res in itertools.product(
-            (4, 8), (0, 1), (1, 2, 4), (1, 2), (0, 1), (0, 1)):
+    for bits, half, tiles, row_tiles, glu, res, gather in itertools.product(
+            (4, 8), (0, 1), (1, 2, 4), (1, 2), (0, 1), (0, 1), (0, 1)):
         if glu and tiles != 4:
             continue  # the GLU end pairs tiles 0-1 with 2-3: four tiles only
+        if gather and (glu or res):
+            continue  # the experts take neither end
         t = "f16" if half else "bf16"
-        yield (f"qmm bits={bits} half={half} NT={tiles} MT={row_tiles} GLU={glu} RES={res}", qmm,
-               [("x", t), ("w", "u32"), ("scales", t), ("biases", t), ("res", t)], [("y", t)],
+        # Without GATHER the launcher passes x for the unread pairs.
+        pairs = "i32" if gather else t
+        yield (f"qmm bits={bits} half={half} NT={tiles} MT={row_tiles} GLU={glu} RES={res} GATHER={gather}",
+               qmm, [("x", t), ("w", "u32"), ("scales", t), ("biases", t), ("res", t), ("pairs", pairs)],
+               [("y", t)],
                [("BITS", bits), ("HALF", half), ("NT", tiles), ("MT", row_tiles), ("GLU", glu),
-                ("RES", res)])
+                ("RES", res), ("GATHER", gather)])
     attn = (KERNELS / "attn_rows.cu").read_text()
     for dim, dt, causal in itertools.product((64, 256), (0, 1, 2), (0, 1)):
         t = ("f32", "bf16", "f16")[dt]
@@ -157,7 +162,7 @@ def test_the_python_launch_rule_is_the_rust_one():
     sys.path.insert(0, str(ROOT / "bench"))
     from gpu_kernels import launch_qmm
 
-    rust = (ROOT / "crates/flashbar-mlx/src/row_invariant/mod.rs").read_text()
+    rust = (ROOT / "crates/flashbar-mlx/src/row_invariant/qmm.rs").read_text()
     cases = re.findall(r"assert_eq!\(qmm_launch\(([\d_]+), (\d+), (\d+)\), \((\d+), (\d+)\)\);", rust)
     assert len(cases) >= 8, "the Rust launch table moved: update this pattern"
     for n, k, bits, tiles, warps in cases:

@@ -20,10 +20,15 @@
 use crate::custom_kernel::{self, Body, Launch};
 use crate::device::Backend;
 use mlx_rs::error::Exception;
-use mlx_rs::ops::{concatenate, split_equal};
 use mlx_rs::{Array, Dtype};
 
-static QMM: Body = Body::new("qmm", include_str!("../../../../kernels/cuda/qmm.cu"));
+mod qmm;
+pub use qmm::{
+    gather_quantized_matmul, pair_glu_rows, qmm_launch, quantized_matmul, quantized_matmul_with,
+    takes_gathered, takes_glu, takes_quantized, unpair_glu_columns, Ends, GLU_PAIR, LAUNCH_ENV,
+    WIDE,
+};
+
 static ATTN: Body = Body::new(
     "attn_rows",
     include_str!("../../../../kernels/cuda/attn_rows.cu"),
@@ -45,235 +50,6 @@ const ATTN_THREADS: i32 = 256;
 /// their own paths: the CPU's host kernels are row-invariant too).
 pub fn available(backend: Backend) -> bool {
     backend == Backend::Cuda && cfg!(not(target_os = "macos"))
-}
-
-/// Whether [`quantized_matmul`] takes `x` (rows = every axis but the last)
-/// with these weights: bf16 or f16 activations with scales of that type,
-/// 4 or 8 bits, groups of 32, 64 or 128, at most [`MAX_ROWS`] rows.
-pub fn takes_quantized(x: &Array, scales: &Array, group_size: i32, bits: i32) -> bool {
-    let rows: i32 = x.shape()[..x.ndim().saturating_sub(1)].iter().product();
-    matches!(x.dtype(), Dtype::Bfloat16 | Dtype::Float16)
-        && scales.dtype() == x.dtype()
-        && matches!(bits, 4 | 8)
-        && matches!(group_size, 32 | 64 | 128)
-        && (1..=MAX_ROWS).contains(&rows)
-}
-
-/// How a weight of `n` output rows and `k` inputs is split over the GPU:
-/// `(tiles, warps)`, 8-column tiles per warp and warps per block (each warp
-/// takes every `warps`-th chunk of k). From the weight's shape only, never
-/// from the number of rows, so every M sums in the same order.
-/// Chosen by `bench/qmm_tune.py --dependent` and whole decode steps on the
-/// H200 (docs/gpu.md, "The quantized matmul"): a decode step's matmuls each
-/// wait for the one before, so all but the lm_heads want latency: 8 warps a
-/// block, each walking few chunks, and four tiles (32 columns a block) where
-/// there are 512 columns or more, two from 64, else one. The lm_heads (from
-/// [`WIDE`] columns) are bound by bandwidth: 2 warps (4 for 8-bit weights,
-/// whose warps walk twice the chunks). `bench/gpu_kernels.py` mirrors this
-/// rule.
-pub fn qmm_launch(n: i32, k: i32, bits: i32) -> (i32, i32) {
-    let chunks = chunks(k, bits);
-    if n >= WIDE {
-        let warps = if bits == 4 { 2 } else { 4 };
-        return (4, warps.min(chunks / 2).max(1));
-    }
-    let tiles = match n {
-        512.. => 4,
-        64..=511 => 2,
-        _ => 1,
-    };
-    (tiles, 8.min(chunks).max(1))
-}
-
-/// Columns from which a weight is an lm_head-sized map, bound by bandwidth.
-pub const WIDE: i32 = 65_536;
-
-/// The kernel's k steps: 4 lanes x 16 bytes of packed weights each.
-fn chunks(k: i32, bits: i32) -> i32 {
-    let chunk = 4 * (128 / bits);
-    (k + chunk - 1) / chunk
-}
-
-/// The most warps a block of `tiles` tiles runs (the body's `MAX_WARPS`).
-fn max_warps(tiles: i32) -> i32 {
-    if tiles == 4 {
-        8
-    } else {
-        16
-    }
-}
-
-/// Benchmarks try other launches on a whole model without a rebuild:
-/// `FLASHBAR_QMM_LAUNCH=T:W` gives every weight of fewer than [`WIDE`]
-/// columns T tiles a warp and W warps a block (at most one a chunk). Still
-/// a function of the shape alone, so decode and verify keep one order.
-pub const LAUNCH_ENV: &str = "FLASHBAR_QMM_LAUNCH";
-
-fn launch_override(n: i32, k: i32, bits: i32) -> Option<(i32, i32)> {
-    static RULE: std::sync::OnceLock<Option<(i32, i32)>> = std::sync::OnceLock::new();
-    let (tiles, warps) = (*RULE.get_or_init(|| {
-        let value = std::env::var(LAUNCH_ENV).ok()?;
-        let (t, w) = value.split_once(':')?;
-        let (t, w) = (t.trim().parse::<i32>().ok()?, w.trim().parse::<i32>().ok()?);
-        (matches!(t, 1 | 2 | 4) && w >= 1).then_some((t, w))
-    }))?;
-    (n < WIDE).then(|| {
-        (
-            tiles,
-            warps.min(max_warps(tiles)).min(chunks(k, bits)).max(1),
-        )
-    })
-}
-
-/// What a [`quantized_matmul`] call fuses at its ends (docs/gpu.md, "Fused
-/// ends"): each acts on one output after its sum, so every row is still
-/// computed alike whatever the number of rows.
-#[derive(Clone, Copy, Default)]
-pub struct Ends<'a> {
-    /// The weight is a SwiGLU's gate and up maps with their rows paired
-    /// ([`pair_glu_rows`]) and the output is `silu(gate) * up` (`[.., N / 2]`),
-    /// rounded step by step as MLX's ops round it. See [`takes_glu`].
-    pub glu: bool,
-    /// Added to the output (its shape, the activations' type): the residual
-    /// stream a block's output projection writes onto.
-    pub residual: Option<&'a Array>,
-}
-
-/// Rows of gate and of up side by side in the weight [`Ends::glu`] takes:
-/// every block of the kernel (four 8-column tiles) holds this many of each.
-pub const GLU_PAIR: i32 = 16;
-
-/// Whether the GLU end takes a paired weight of `n` rows (gate and up
-/// together) and `k` inputs: the launch gives it four tiles a block.
-pub fn takes_glu(n: i32, k: i32, bits: i32) -> bool {
-    let (tiles, _) = launch_override(n, k, bits).unwrap_or_else(|| qmm_launch(n, k, bits));
-    tiles == 4 && n % (2 * GLU_PAIR) == 0
-}
-
-/// A gate and an up map's rows (`[I, ..]` each: packed weights, scales or
-/// biases) as the GLU end reads them: 16 rows of gate, the same 16 of up,
-/// and so on (`[2I, ..]`).
-pub fn pair_glu_rows(gate: &Array, up: &Array) -> Result<Array, Exception> {
-    let (rows, rest) = (gate.shape()[0], &gate.shape()[1..]);
-    if up.shape() != gate.shape() || rows % GLU_PAIR != 0 {
-        return Err(Exception::custom(format!(
-            "GLU rows: gate {:?} and up {:?} must match, in blocks of {GLU_PAIR}",
-            gate.shape(),
-            up.shape()
-        )));
-    }
-    let mut blocks = vec![rows / GLU_PAIR, 1, GLU_PAIR];
-    blocks.extend_from_slice(rest);
-    let paired = concatenate(&[gate.reshape(&blocks)?, up.reshape(&blocks)?], 1)?;
-    let mut shape = vec![2 * rows];
-    shape.extend_from_slice(rest);
-    paired.reshape(&shape)
-}
-
-/// The gate and up products (`[.., I]` each) in a paired weight's product
-/// (`[.., 2I]`): views, no copy.
-pub fn unpair_glu_columns(product: &Array) -> Result<(Array, Array), Exception> {
-    let shape = product.shape();
-    let lead = &shape[..shape.len() - 1];
-    let n = shape[shape.len() - 1];
-    let mut blocks = lead.to_vec();
-    blocks.extend_from_slice(&[n / (2 * GLU_PAIR), 2, GLU_PAIR]);
-    let halves = split_equal(&product.reshape(&blocks)?, 2, -2)?;
-    let mut out = lead.to_vec();
-    out.push(n / 2);
-    Ok((halves[0].reshape(&out)?, halves[1].reshape(&out)?))
-}
-
-/// `x W^T` for MLX's affine-quantized `w` (transposed, as `quantized_matmul`
-/// with `transpose = true`). Check [`takes_quantized`] first.
-pub fn quantized_matmul(
-    x: &Array,
-    w: &Array,
-    scales: &Array,
-    biases: &Array,
-    group_size: i32,
-    bits: i32,
-) -> Result<Array, Exception> {
-    quantized_matmul_with(x, w, scales, biases, group_size, bits, Ends::default())
-}
-
-/// [`quantized_matmul`] with its input and output [`Ends`] fused in.
-pub fn quantized_matmul_with(
-    x: &Array,
-    w: &Array,
-    scales: &Array,
-    biases: &Array,
-    group_size: i32,
-    bits: i32,
-    ends: Ends,
-) -> Result<Array, Exception> {
-    if !takes_quantized(x, scales, group_size, bits) {
-        return Err(Exception::custom(format!(
-            "qmm kernel: unsupported input {:?} {:?} with {bits}-bit groups of {group_size} \
-             and {:?} scales",
-            x.shape(),
-            x.dtype(),
-            scales.dtype()
-        )));
-    }
-    let shape = x.shape().to_vec();
-    let k = shape[shape.len() - 1];
-    let m: i32 = shape[..shape.len() - 1].iter().product();
-    let (n, words) = (w.shape()[0], w.shape()[1]);
-    if w.ndim() != 2 || words * (32 / bits) != k || k % group_size != 0 {
-        return Err(Exception::custom(format!(
-            "qmm kernel: weight {:?} does not fit {k} inputs at {bits} bits",
-            w.shape()
-        )));
-    }
-    if ends.glu && !takes_glu(n, k, bits) {
-        return Err(Exception::custom(format!(
-            "qmm kernel: no GLU end for a weight {:?} at this launch",
-            w.shape()
-        )));
-    }
-    let out_n = if ends.glu { n / 2 } else { n };
-    let mut out_shape = shape;
-    *out_shape.last_mut().expect("x has an axis") = out_n;
-    if let Some(r) = ends.residual {
-        if r.shape() != out_shape.as_slice() || r.dtype() != x.dtype() {
-            return Err(Exception::custom(format!(
-                "qmm kernel: residual {:?} {:?} does not fit the output {out_shape:?} {:?}",
-                r.shape(),
-                r.dtype(),
-                x.dtype()
-            )));
-        }
-    }
-    let (tiles, warps) = launch_override(n, k, bits).unwrap_or_else(|| qmm_launch(n, k, bits));
-    let blocks = (n + 8 * tiles - 1) / (8 * tiles);
-    let x2 = x.reshape(&[m, k])?;
-    // Without a residual the kernel reads none: x stands in for it.
-    let residual = match ends.residual {
-        Some(r) => r.reshape(&[m, out_n])?,
-        None => x2.clone(),
-    };
-    // The group size and the warps are run-time values of the kernel, read
-    // from the scales' shape and the block's size.
-    let template = [
-        ("BITS", bits),
-        ("HALF", i32::from(x.dtype() == Dtype::Float16)),
-        ("NT", tiles),
-        ("MT", if m <= 16 { 1 } else { 2 }),
-        ("GLU", i32::from(ends.glu)),
-        ("RES", i32::from(ends.residual.is_some())),
-    ];
-    let y = single(custom_kernel::launch(&Launch {
-        body: &QMM,
-        input_names: &["x", "w", "scales", "biases", "res"],
-        output_names: &["y"],
-        inputs: &[&x2, w, scales, biases, &residual],
-        outputs: &[(vec![m, out_n], x.dtype())],
-        grid: [blocks * 32 * warps, 1, 1],
-        group: [32 * warps, 1, 1],
-        template: &template,
-    })?)?;
-    y.reshape(&out_shape)
 }
 
 /// Whether [`causal_attention`] takes these queries `[B, Hq, T, D]`.
@@ -411,7 +187,7 @@ pub fn depthwise_conv(x: &Array, weight: &Array) -> Result<Array, Exception> {
     })?)
 }
 
-fn single(mut outputs: Vec<Array>) -> Result<Array, Exception> {
+pub(crate) fn single(mut outputs: Vec<Array>) -> Result<Array, Exception> {
     match (outputs.pop(), outputs.is_empty()) {
         (Some(one), true) => Ok(one),
         _ => Err(Exception::custom(
@@ -423,32 +199,7 @@ fn single(mut outputs: Vec<Array>) -> Result<Array, Exception> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mlx_rs::ops::indexing::IndexOp;
     use mlx_rs::ops::zeros;
-
-    /// The split is a function of the weight alone; this table is the one
-    /// `bench/gpu_kernels.py` (`launch_qmm`) reproduces on the GPU.
-    #[test]
-    fn the_launch_depends_on_the_weight_only() {
-        // 9B, 4 bits: q_proj, o_proj, mlp down, the gated-delta b / a, lm_head.
-        assert_eq!(qmm_launch(8192, 4096, 4), (4, 8));
-        assert_eq!(qmm_launch(4096, 4096, 4), (4, 8));
-        assert_eq!(qmm_launch(4096, 12288, 4), (4, 8));
-        assert_eq!(qmm_launch(32, 4096, 4), (1, 8));
-        assert_eq!(qmm_launch(248_320, 4096, 4), (4, 2));
-        // 8 bits keep 4 warps on wide layers.
-        assert_eq!(qmm_launch(248_320, 4096, 8), (4, 4));
-        assert_eq!(qmm_launch(248_320, 2048, 4), (4, 2));
-        assert_eq!(qmm_launch(512, 2048, 4), (4, 8));
-        assert_eq!(qmm_launch(768, 384, 8), (4, 6));
-        assert_eq!(qmm_launch(8, 384, 8), (1, 6));
-        assert_eq!(qmm_launch(256, 64, 4), (2, 1));
-        assert_eq!(qmm_launch(128, 64, 8), (2, 1));
-        for (n, k, bits) in [(8192, 4096, 4), (32, 64, 8), (248_320, 4096, 8)] {
-            let (tiles, warps) = qmm_launch(n, k, bits);
-            assert!(warps >= 1 && warps <= max_warps(tiles) && warps <= chunks(k, bits));
-        }
-    }
 
     #[test]
     fn inputs_outside_the_kernels_are_refused_not_launched() {
@@ -510,30 +261,6 @@ mod tests {
             !takes_attention(&zeros::<f32>(&[1, 6, 16, 80]).unwrap(), &k),
             "head dim 80"
         );
-    }
-
-    /// Pairing a gate and an up map's rows and unpairing a product's
-    /// columns are inverse: the GLU end sees gate row j beside up row j.
-    #[test]
-    fn glu_rows_pair_and_unpair() {
-        let at = |a: &Array, row: i32| a.index((row, 0)).item_exact::<i32>();
-        let same = |a: &Array, b: &Array| a.eq_values(b).unwrap();
-        mlx_rs::with_device(mlx_rs::Device::cpu(), || {
-            let gate = Array::from_iter(0..64 * 3, &[64, 3]);
-            let up = Array::from_iter(1000..1000 + 64 * 3, &[64, 3]);
-            let paired = pair_glu_rows(&gate, &up).unwrap();
-            assert_eq!(paired.shape(), &[128, 3]);
-            assert_eq!((at(&paired, 0), at(&paired, 1)), (0, 3));
-            assert_eq!(at(&paired, 16), 1000, "row 16 is up's first");
-            assert_eq!(at(&paired, 32), 16 * 3, "row 32 is gate's 17th");
-            // A product's columns are the paired weight's rows: unpaired,
-            // they are gate's and up's again.
-            let product = paired.t();
-            let (g, u) = unpair_glu_columns(&product).unwrap();
-            assert!(same(&g, &gate.t()) && same(&u, &up.t()));
-            assert!(!same(&g, &up.t()));
-            assert!(pair_glu_rows(&gate.index(..40), &up.index(..40)).is_err());
-        });
     }
 
     #[test]

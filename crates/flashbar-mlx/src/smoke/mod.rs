@@ -56,6 +56,7 @@ pub fn run_all(backend: Backend, scratch: &Path) -> Result<Vec<CheckResult>, Exc
         if row_invariant::available(backend) {
             checks.extend(row_invariant_checks::qmm()?);
             checks.extend(row_invariant_checks::qmm_ends()?);
+            checks.extend(row_invariant_checks::gathered_qmm()?);
             checks.extend(row_invariant_checks::attention()?);
             checks.extend(row_invariant_checks::conv()?);
         }

@@ -4,14 +4,15 @@
 
 use super::{seeded_values, CheckResult};
 use crate::row_invariant::{
-    causal_attention, depthwise_conv, full_attention, pair_glu_rows, quantized_matmul,
-    quantized_matmul_with, unpair_glu_columns, Ends,
+    causal_attention, depthwise_conv, full_attention, gather_quantized_matmul, pair_glu_rows,
+    quantized_matmul, quantized_matmul_with, unpair_glu_columns, Ends,
 };
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{
-    concatenate, conv1d, quantize, quantized_matmul as mlx_quantized_matmul, sigmoid, split_equal,
+    concatenate, conv1d, gather_qmm, quantize, quantized_matmul as mlx_quantized_matmul, sigmoid,
+    split_equal,
 };
 use mlx_rs::{Array, Dtype};
 
@@ -183,6 +184,86 @@ pub(crate) fn qmm_ends() -> Result<[CheckResult; 2], Exception> {
             // The same steps, each rounded to bf16 as MLX's ops round them:
             // apart only where the kernel's sigmoid rounds otherwise.
             tolerance: 1e-2,
+            cross_device_tolerance: f64::INFINITY,
+            output,
+        },
+    ])
+}
+
+/// The same two checks for a MoE's experts (docs/gpu.md, "The experts"):
+/// 16 experts, 4 a token, up to 32 tokens; each token's rows of an M-token
+/// call against a 1-token call (where they sit first in their experts'
+/// tiles), bit for bit, and against MLX's `gather_qmm` within rounding.
+pub(crate) fn gathered_qmm() -> Result<[CheckResult; 2], Exception> {
+    const EXPERTS: i32 = 16;
+    const TOP: i32 = 4;
+    let (mut differing, mut versus_mlx) = (0.0, 0.0f64);
+    let mut output = Vec::new();
+    for (seed, (k, n, bits, group)) in [(256, 512, 4, 64), (512, 256, 8, 64)]
+        .into_iter()
+        .enumerate()
+    {
+        let dtype = Dtype::Bfloat16;
+        let seed = 400 + 4 * seed as u64;
+        let w = values(seed, &[EXPERTS, n, k], Dtype::Float32)?.multiply(Array::from_f32(0.05))?;
+        let (wq, scales, biases) = quantize(&w.as_dtype(dtype)?, group, bits)?;
+        let x = values(seed + 1, &[32, k], dtype)?;
+        // Token t meets experts (t + 5j) % 16: distinct, and shared between tokens.
+        let experts_of = |t: i32| (0..TOP).map(move |j| (t + 5 * j) % EXPERTS);
+        let call = |tokens: std::ops::Range<i32>| {
+            let count = tokens.len() as i32;
+            let rows: Vec<i32> = (0..count).flat_map(|t| [t; TOP as usize]).collect();
+            let experts: Vec<i32> = tokens.clone().flat_map(experts_of).collect();
+            gather_quantized_matmul(
+                &x.index(tokens),
+                &wq,
+                &scales,
+                &biases,
+                &Array::from_slice(&rows, &[count * TOP]),
+                &Array::from_slice(&experts, &[count * TOP]),
+                count,
+                group,
+                bits,
+            )
+        };
+        let singles = (0..32)
+            .map(|t| call(t..t + 1))
+            .collect::<Result<Vec<_>, _>>()?;
+        let singles = concatenate(&singles, 0)?;
+        for m in ROWS {
+            differing += rows_differing(&call(0..m)?, &singles.index(..m * TOP), 0)?;
+        }
+        let experts: Vec<i32> = (0..32).flat_map(experts_of).collect();
+        let indices = Array::from_slice(&experts, &[32, TOP]);
+        let reference = gather_qmm(
+            &x.expand_dims_axes(&[-2, -3])?,
+            &wq,
+            &scales,
+            &biases,
+            None,
+            &indices,
+            true,
+            group,
+            bits,
+            false,
+        )?
+        .reshape(&[32 * TOP, n])?;
+        versus_mlx = versus_mlx.max(largest_relative(&singles, &reference)?);
+        output.extend(super::host_f32(&singles.index(..2))?);
+    }
+    Ok([
+        CheckResult {
+            name: "qmm_gathered_rows_invariant",
+            max_error: differing,
+            tolerance: 0.0,
+            cross_device_tolerance: f64::INFINITY,
+            output: Vec::new(),
+        },
+        CheckResult {
+            name: "qmm_gathered_vs_mlx",
+            max_error: versus_mlx,
+            // As for the dense kernel: bf16 dequantization, rounding only.
+            tolerance: 2e-2,
             cross_device_tolerance: f64::INFINITY,
             output,
         },

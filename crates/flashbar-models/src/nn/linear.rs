@@ -661,6 +661,11 @@ impl SwitchLinear {
 
     /// `x`: `[..., 1, in]` rows, `indices`: the expert of each row.
     pub fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
+        if let LinearWeight::Quantized(q) = &self.weight {
+            if let Some(y) = Self::row_invariant(x, indices, q)? {
+                return Ok(y);
+            }
+        }
         Ok(match &self.weight {
             LinearWeight::Dense(w) => gather_mm(x, w.swap_axes(-1, -2)?, None, indices, false)?,
             LinearWeight::Host { .. } => {
@@ -682,6 +687,45 @@ impl SwitchLinear {
                 false,
             )?,
         })
+    }
+
+    /// The row-invariant experts' kernel (decode and verify on CUDA,
+    /// docs/gpu.md "The experts"), where it takes `x`: `[B, L, 1, 1, in]`
+    /// (a token's row for each of its experts) or `[B, L, k, 1, in]` (a row
+    /// per token and expert), `indices` `[B, L, k]`; None elsewhere.
+    fn row_invariant(x: &Array, indices: &Array, q: &Packed) -> Result<Option<Array>> {
+        let (xs, is) = (x.shape(), indices.shape());
+        if !q.row_kernel || xs.len() != 5 || is.len() != 3 || xs[..2] != is[..2] {
+            return Ok(None);
+        }
+        let (tokens, k, inputs) = (is[0] * is[1], is[2], xs[4]);
+        let per_token = match xs[2] {
+            1 => true,
+            n if n == k => false,
+            _ => return Ok(None),
+        };
+        let x2 = x.reshape(&[if per_token { tokens } else { tokens * k }, inputs])?;
+        if !row_invariant::takes_gathered(&x2, &q.scales, q.group_size, q.bits, tokens) {
+            return Ok(None);
+        }
+        // Output row p (token p / k, its expert p % k) reads row p / k of
+        // x, or row p where each pair has its own.
+        let rows: Vec<i32> = (0..tokens * k)
+            .map(|p| if per_token { p / k } else { p })
+            .collect();
+        let y = row_invariant::gather_quantized_matmul(
+            &x2,
+            &q.weight,
+            &q.scales,
+            &q.biases,
+            &Array::from_slice(&rows, &[tokens * k]),
+            indices,
+            tokens,
+            q.group_size,
+            q.bits,
+        )?;
+        let n = q.weight.shape()[1];
+        Ok(Some(y.reshape(&[is[0], is[1], k, 1, n])?))
     }
 }
 
