@@ -56,6 +56,33 @@ fn largest_relative(a: &Array, reference: &Array) -> Result<f64, Exception> {
     Ok(diff / scale.max(f64::MIN_POSITIVE))
 }
 
+/// Every check here gives two results: the rows of many-row calls that
+/// differ from 1-row calls (none may), and the largest difference from
+/// MLX's own op, within `tolerance`.
+fn rows_and_reference(
+    rows: (&'static str, f64),
+    reference: (&'static str, f64),
+    tolerance: f64,
+    output: Vec<f32>,
+) -> [CheckResult; 2] {
+    [
+        CheckResult {
+            name: rows.0,
+            max_error: rows.1,
+            tolerance: 0.0,
+            cross_device_tolerance: f64::INFINITY,
+            output: Vec::new(),
+        },
+        CheckResult {
+            name: reference.0,
+            max_error: reference.1,
+            tolerance,
+            cross_device_tolerance: f64::INFINITY,
+            output,
+        },
+    ]
+}
+
 /// Returns (rows differing, over every shape, dtype and M; largest
 /// difference from MLX relative to its largest value).
 pub(crate) fn qmm() -> Result<[CheckResult; 2], Exception> {
@@ -87,24 +114,14 @@ pub(crate) fn qmm() -> Result<[CheckResult; 2], Exception> {
             output.extend(super::host_f32(&singles.index(..2))?);
         }
     }
-    Ok([
-        CheckResult {
-            name: "qmm_kernel_rows_invariant",
-            max_error: differing,
-            tolerance: 0.0,
-            cross_device_tolerance: f64::INFINITY,
-            output: Vec::new(),
-        },
-        CheckResult {
-            name: "qmm_kernel_vs_mlx",
-            max_error: versus_mlx,
-            // Weights dequantized to the activations' type before the tensor
-            // cores, against MLX's f32 dequantization: rounding only.
-            tolerance: 2e-2,
-            cross_device_tolerance: f64::INFINITY,
-            output,
-        },
-    ])
+    Ok(rows_and_reference(
+        ("qmm_kernel_rows_invariant", differing),
+        ("qmm_kernel_vs_mlx", versus_mlx),
+        // Weights dequantized to the activations' type before the tensor
+        // cores, against MLX's f32 dequantization: rounding only.
+        2e-2,
+        output,
+    ))
 }
 
 /// The fused ends (a SwiGLU's gate on a paired gate/up product, a residual
@@ -170,24 +187,14 @@ pub(crate) fn qmm_ends() -> Result<[CheckResult; 2], Exception> {
         versus_ops = versus_ops.max(largest_relative(&singles, &out.add(&residual)?)?);
         output.extend(super::host_f32(&singles.index(..2))?);
     }
-    Ok([
-        CheckResult {
-            name: "qmm_fused_ends_rows_invariant",
-            max_error: differing,
-            tolerance: 0.0,
-            cross_device_tolerance: f64::INFINITY,
-            output: Vec::new(),
-        },
-        CheckResult {
-            name: "qmm_fused_ends_vs_ops",
-            max_error: versus_ops,
-            // The same steps, each rounded to bf16 as MLX's ops round them:
-            // apart only where the kernel's sigmoid rounds otherwise.
-            tolerance: 1e-2,
-            cross_device_tolerance: f64::INFINITY,
-            output,
-        },
-    ])
+    Ok(rows_and_reference(
+        ("qmm_fused_ends_rows_invariant", differing),
+        ("qmm_fused_ends_vs_ops", versus_ops),
+        // The same steps, each rounded to bf16 as MLX's ops round them:
+        // apart only where the kernel's sigmoid rounds otherwise.
+        1e-2,
+        output,
+    ))
 }
 
 /// The same two checks for a MoE's experts (docs/gpu.md, "The experts"):
@@ -251,23 +258,13 @@ pub(crate) fn gathered_qmm() -> Result<[CheckResult; 2], Exception> {
         versus_mlx = versus_mlx.max(largest_relative(&singles, &reference)?);
         output.extend(super::host_f32(&singles.index(..2))?);
     }
-    Ok([
-        CheckResult {
-            name: "qmm_gathered_rows_invariant",
-            max_error: differing,
-            tolerance: 0.0,
-            cross_device_tolerance: f64::INFINITY,
-            output: Vec::new(),
-        },
-        CheckResult {
-            name: "qmm_gathered_vs_mlx",
-            max_error: versus_mlx,
-            // As for the dense kernel: bf16 dequantization, rounding only.
-            tolerance: 2e-2,
-            cross_device_tolerance: f64::INFINITY,
-            output,
-        },
-    ])
+    Ok(rows_and_reference(
+        ("qmm_gathered_rows_invariant", differing),
+        ("qmm_gathered_vs_mlx", versus_mlx),
+        // As for the dense kernel: bf16 dequantization, rounding only.
+        2e-2,
+        output,
+    ))
 }
 
 /// The same two checks for the attention kernel: each of 16 queries against
@@ -313,22 +310,12 @@ pub(crate) fn attention() -> Result<[CheckResult; 2], Exception> {
             versus_sdpa = versus_sdpa.max(largest_relative(&block, &reference)?);
         }
     }
-    Ok([
-        CheckResult {
-            name: "attention_kernel_rows_invariant",
-            max_error: differing,
-            tolerance: 0.0,
-            cross_device_tolerance: f64::INFINITY,
-            output: Vec::new(),
-        },
-        CheckResult {
-            name: "attention_kernel_vs_sdpa",
-            max_error: versus_sdpa,
-            tolerance: 2e-2,
-            cross_device_tolerance: f64::INFINITY,
-            output: Vec::new(),
-        },
-    ])
+    Ok(rows_and_reference(
+        ("attention_kernel_rows_invariant", differing),
+        ("attention_kernel_vs_sdpa", versus_sdpa),
+        2e-2,
+        Vec::new(),
+    ))
 }
 
 /// The same two checks for the gated-delta layers' depthwise convolution
@@ -353,20 +340,10 @@ pub(crate) fn conv() -> Result<[CheckResult; 2], Exception> {
             }
         }
     }
-    Ok([
-        CheckResult {
-            name: "conv_kernel_rows_invariant",
-            max_error: differing,
-            tolerance: 0.0,
-            cross_device_tolerance: f64::INFINITY,
-            output: Vec::new(),
-        },
-        CheckResult {
-            name: "conv_kernel_vs_mlx",
-            max_error: versus_mlx,
-            tolerance: 2e-2,
-            cross_device_tolerance: f64::INFINITY,
-            output: Vec::new(),
-        },
-    ])
+    Ok(rows_and_reference(
+        ("conv_kernel_rows_invariant", differing),
+        ("conv_kernel_vs_mlx", versus_mlx),
+        2e-2,
+        Vec::new(),
+    ))
 }

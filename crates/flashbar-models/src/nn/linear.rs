@@ -200,6 +200,28 @@ pub struct Packed {
 }
 
 impl Packed {
+    /// A packed weight in `like`'s format whose weight, scales and biases
+    /// `make` builds from maps' arrays of one kind (`of` picks it), each
+    /// evaluated now, so that the arrays it came from are freed with them.
+    fn rebuilt(
+        like: &Packed,
+        make: impl Fn(fn(&Packed) -> &Array) -> Result<Array>,
+    ) -> Result<Packed> {
+        let part = |of: fn(&Packed) -> &Array| -> Result<Array> {
+            let array = make(of)?;
+            array.eval()?;
+            Ok(array)
+        };
+        Ok(Packed {
+            weight: part(|q| &q.weight)?,
+            scales: part(|q| &q.scales)?,
+            biases: part(|q| &q.biases)?,
+            group_size: like.group_size,
+            bits: like.bits,
+            row_kernel: like.row_kernel,
+        })
+    }
+
     fn take(weights: &mut Weights, path: &str, params: QuantParams) -> Result<Self> {
         Ok(Packed {
             weight: weights.take(&format!("{path}.weight"))?,
@@ -451,20 +473,7 @@ impl Fused {
                         g.bits,
                     ) =>
             {
-                let pair = |of: fn(&Packed) -> &Array| -> Result<Array> {
-                    let paired = row_invariant::pair_glu_rows(of(g), of(u))?;
-                    // Evaluated now, so the maps' own arrays are freed with `parts`.
-                    paired.eval()?;
-                    Ok(paired)
-                };
-                Packed {
-                    weight: pair(|q| &q.weight)?,
-                    scales: pair(|q| &q.scales)?,
-                    biases: pair(|q| &q.biases)?,
-                    group_size: g.group_size,
-                    bits: g.bits,
-                    row_kernel: g.row_kernel,
-                }
+                Packed::rebuilt(g, |of| Ok(row_invariant::pair_glu_rows(of(g), of(u))?))?
             }
             _ => return Self::of(parts),
         };
@@ -577,20 +586,13 @@ fn stack(parts: &[Linear]) -> Result<Option<LinearWeight>> {
     if !alike || std::env::var(STACK_MAPS_ENV).as_deref() == Ok("0") {
         return Ok(None);
     }
-    let join = |of: fn(&Packed) -> &Array| -> Result<Array> {
-        let joined = concatenate(&packed.iter().map(|q| of(q)).collect::<Vec<_>>(), 0)?;
-        // Evaluated now, so the maps' own arrays are freed with `parts`.
-        joined.eval()?;
-        Ok(joined)
-    };
-    Ok(Some(LinearWeight::Quantized(Packed {
-        weight: join(|q| &q.weight)?,
-        scales: join(|q| &q.scales)?,
-        biases: join(|q| &q.biases)?,
-        group_size: first.group_size,
-        bits: first.bits,
-        row_kernel: first.row_kernel,
-    })))
+    let joined = Packed::rebuilt(first, |of| {
+        Ok(concatenate(
+            &packed.iter().map(|q| of(q)).collect::<Vec<_>>(),
+            0,
+        )?)
+    })?;
+    Ok(Some(LinearWeight::Quantized(joined)))
 }
 
 /// Each map's output width.
