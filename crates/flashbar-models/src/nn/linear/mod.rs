@@ -10,11 +10,14 @@ use crate::error::{ModelError, Result};
 use crate::nn::host::{self, ColumnSum, HostMatrix};
 use flashbar_mlx::device::{self, Backend};
 use flashbar_mlx::row_invariant::{self, Ends};
-use mlx_rs::ops::{
-    concatenate, dequantize, gather_mm, gather_qmm, matmul, quantized_matmul, split_at_indices,
-};
+use mlx_rs::ops::{dequantize, matmul, quantized_matmul};
 use mlx_rs::{Array, Dtype};
 use std::collections::HashMap;
+
+mod experts;
+mod stacked;
+pub use experts::SwitchLinear;
+pub use stacked::{Fused, STACK_MAPS_ENV};
 
 /// A model past [`HOST_LIMIT_BYTES`] on the CPU: from this many rows on,
 /// it multiplies by the dequantized weight (one BLAS gemm) instead of MLX's
@@ -403,210 +406,6 @@ impl Linear {
     }
 }
 
-/// Several linear maps of one input (a layer's q/k/v, its gate and up
-/// projections, a gated-delta layer's four input maps), stacked at load
-/// into one weight where they are stored alike and multiplied as one
-/// product: one read of the input and one call instead of one per map.
-/// On the host path the values are bit for bit those of the maps one by
-/// one (`host::linear_split`); packed maps on MLX's path (the GPU, large
-/// models on the CPU) become one quantized matmul whose columns are each
-/// map's, split after it (docs/gpu.md, "Fewer calls").
-pub struct Fused {
-    /// The maps one by one, where they are not stacked.
-    parts: Vec<Linear>,
-    /// The stacked weight and each map's width.
-    stacked: Option<(LinearWeight, Vec<i32>)>,
-    /// A SwiGLU's gate and up maps stacked with their rows paired for the
-    /// row-invariant kernel's GLU end ([`Fused::load_glu`]).
-    paired: bool,
-}
-
-/// `0` keeps packed maps on MLX's path one product each instead of stacked
-/// ([`Fused`]); benchmarks compare the two.
-pub const STACK_MAPS_ENV: &str = "FLASHBAR_STACK_MAPS";
-
-impl Fused {
-    pub fn load(weights: &mut Weights, paths: &[String]) -> Result<Self> {
-        let parts = paths
-            .iter()
-            .map(|path| Linear::load(weights, path))
-            .collect::<Result<Vec<_>>>()?;
-        Self::of(parts)
-    }
-
-    fn of(parts: Vec<Linear>) -> Result<Self> {
-        match stack(&parts)? {
-            Some(weight) => Ok(Fused {
-                stacked: Some((weight, stack_widths(&parts))),
-                parts: Vec::new(),
-                paired: false,
-            }),
-            None => Ok(Fused {
-                parts,
-                stacked: None,
-                paired: false,
-            }),
-        }
-    }
-
-    /// A SwiGLU's `gate` and `up` maps ([`Self::load`]), stacked with
-    /// their rows paired where the row-invariant kernel can compute
-    /// `silu(gate) * up` as it writes the product ([`Self::forward_glu`];
-    /// docs/gpu.md, "Fused ends"). Memory is unchanged: the rows are only
-    /// reordered, straight from the two maps.
-    pub fn load_glu(weights: &mut Weights, gate: &str, up: &str) -> Result<Self> {
-        let parts = vec![Linear::load(weights, gate)?, Linear::load(weights, up)?];
-        let widths = stack_widths(&parts);
-        let paired = match (&parts[0].weight, &parts[1].weight, widths.as_slice()) {
-            (LinearWeight::Quantized(g), LinearWeight::Quantized(u), &[n, m])
-                if n == m
-                    && g.row_kernel
-                    && fuse_ends()
-                    && (g.group_size, g.bits, g.row_kernel)
-                        == (u.group_size, u.bits, u.row_kernel)
-                    && g.scales.dtype() == u.scales.dtype()
-                    && g.weight.shape()[1..] == u.weight.shape()[1..]
-                    && parts.iter().all(|p| p.bias.is_none())
-                    && row_invariant::takes_glu(
-                        2 * n,
-                        g.weight.shape()[1] * (32 / g.bits),
-                        g.bits,
-                    ) =>
-            {
-                Packed::rebuilt(g, |of| Ok(row_invariant::pair_glu_rows(of(g), of(u))?))?
-            }
-            _ => return Self::of(parts),
-        };
-        Ok(Fused {
-            stacked: Some((LinearWeight::Quantized(paired), widths)),
-            parts: Vec::new(),
-            paired: true,
-        })
-    }
-
-    /// `silu(gate) * up` of a [`Self::load_glu`] pair in one call, where
-    /// its rows are paired and the row-invariant kernel takes `x`; None
-    /// elsewhere.
-    pub fn forward_glu(&self, x: &Array) -> Result<Option<Array>> {
-        match &self.stacked {
-            Some((weight, _)) if self.paired => {
-                let ends = Ends {
-                    glu: true,
-                    residual: None,
-                };
-                weight.apply_with(x, ends)
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// Whether the maps are one host product (the CPU path), so that
-    /// stacking rows of several inputs costs one hand-over, not several.
-    pub fn is_host(&self) -> bool {
-        matches!(&self.stacked, Some((LinearWeight::Host { .. }, _)))
-    }
-
-    /// Whether the maps are one product (host or packed), so that one call
-    /// on the rows of several inputs is cheaper than a call per map.
-    pub fn is_stacked(&self) -> bool {
-        self.stacked.is_some()
-    }
-
-    /// Map `i` alone (all of them where they are one product).
-    pub fn forward_one(&self, i: usize, x: &Array) -> Result<Array> {
-        match self.parts.get(i) {
-            Some(part) => part.forward(x),
-            None => self.forward(x)?.into_iter().nth(i).ok_or_else(|| {
-                mlx_rs::error::Exception::custom(format!("no map {i} in a fused linear")).into()
-            }),
-        }
-    }
-
-    /// Each map of `x`, in the order of the paths it was loaded from.
-    pub fn forward(&self, x: &Array) -> Result<Vec<Array>> {
-        match &self.stacked {
-            Some((LinearWeight::Host { weight, .. }, cols)) => host::linear_split(x, weight, cols),
-            Some((weight, cols)) => {
-                let ends: Vec<i32> = cols
-                    .iter()
-                    .scan(0, |end, n| {
-                        *end += n;
-                        Some(*end)
-                    })
-                    .collect();
-                let all = weight.apply(x)?;
-                if self.paired {
-                    let (gate, up) = row_invariant::unpair_glu_columns(&all)?;
-                    return Ok(vec![gate, up]);
-                }
-                Ok(split_at_indices(&all, &ends[..ends.len() - 1], -1)?)
-            }
-            None => self.parts.iter().map(|part| part.forward(x)).collect(),
-        }
-    }
-}
-
-/// The maps' weights as one, outputs in order: host matrices summed alike,
-/// or packed weights of one format (on MLX's path, unless
-/// [`STACK_MAPS_ENV`] is `0`). None where they differ, carry a bias, or
-/// are a single map.
-fn stack(parts: &[Linear]) -> Result<Option<LinearWeight>> {
-    if parts.len() < 2 || parts.iter().any(|p| p.bias.is_some()) {
-        return Ok(None);
-    }
-    let hosts: Option<Vec<&HostMatrix>> = parts
-        .iter()
-        .map(|part| match &part.weight {
-            LinearWeight::Host { weight, .. } => Some(weight),
-            _ => None,
-        })
-        .collect();
-    if let Some(hosts) = hosts {
-        let LinearWeight::Host { dtype, .. } = parts[0].weight else {
-            unreachable!("every part is a host matrix")
-        };
-        return Ok(HostMatrix::stack(&hosts)?.map(|weight| LinearWeight::Host { weight, dtype }));
-    }
-    let packed: Option<Vec<&Packed>> = parts
-        .iter()
-        .map(|part| match &part.weight {
-            LinearWeight::Quantized(q) => Some(q),
-            _ => None,
-        })
-        .collect();
-    let Some(packed) = packed else {
-        return Ok(None);
-    };
-    let first = packed[0];
-    let alike = packed.iter().all(|q| {
-        (q.group_size, q.bits, q.row_kernel) == (first.group_size, first.bits, first.row_kernel)
-            && q.scales.dtype() == first.scales.dtype()
-            && q.weight.shape()[1..] == first.weight.shape()[1..]
-    });
-    if !alike || std::env::var(STACK_MAPS_ENV).as_deref() == Ok("0") {
-        return Ok(None);
-    }
-    let joined = Packed::rebuilt(first, |of| {
-        Ok(concatenate(
-            &packed.iter().map(|q| of(q)).collect::<Vec<_>>(),
-            0,
-        )?)
-    })?;
-    Ok(Some(LinearWeight::Quantized(joined)))
-}
-
-/// Each map's output width.
-fn stack_widths(parts: &[Linear]) -> Vec<i32> {
-    parts
-        .iter()
-        .map(|part| match &part.weight {
-            LinearWeight::Host { weight, .. } => weight.n as i32,
-            LinearWeight::Quantized(q) => q.weight.shape()[0],
-            LinearWeight::Dense(w) => w.shape()[0],
-        })
-        .collect()
-}
-
 /// Token embedding; also the output head when the model ties them.
 pub struct Embedding {
     weight: LinearWeight,
@@ -647,90 +446,6 @@ impl Embedding {
     }
 }
 
-/// One linear map per expert, `[experts, out, in]`, applied by index.
-pub struct SwitchLinear {
-    weight: LinearWeight,
-}
-
-impl SwitchLinear {
-    pub fn load(weights: &mut Weights, path: &str) -> Result<Self> {
-        // Experts stay as they came: each token's rows go through its own
-        // experts one row at a time, and MoE models are far past the limit.
-        Ok(SwitchLinear {
-            weight: LinearWeight::load(weights, path, false)?,
-        })
-    }
-
-    /// `x`: `[..., 1, in]` rows, `indices`: the expert of each row.
-    pub fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
-        if let LinearWeight::Quantized(q) = &self.weight {
-            if let Some(y) = Self::row_invariant(x, indices, q)? {
-                return Ok(y);
-            }
-        }
-        Ok(match &self.weight {
-            LinearWeight::Dense(w) => gather_mm(x, w.swap_axes(-1, -2)?, None, indices, false)?,
-            LinearWeight::Host { .. } => {
-                return Err(mlx_rs::error::Exception::custom(
-                    "experts are never unpacked for the host kernels",
-                )
-                .into())
-            }
-            LinearWeight::Quantized(q) => gather_qmm(
-                x,
-                &q.weight,
-                &q.scales,
-                &q.biases,
-                None,
-                indices,
-                true,
-                q.group_size,
-                q.bits,
-                false,
-            )?,
-        })
-    }
-
-    /// The row-invariant experts' kernel (decode and verify on CUDA,
-    /// docs/gpu.md "The experts"), where it takes `x`: `[B, L, 1, 1, in]`
-    /// (a token's row for each of its experts) or `[B, L, k, 1, in]` (a row
-    /// per token and expert), `indices` `[B, L, k]`; None elsewhere.
-    fn row_invariant(x: &Array, indices: &Array, q: &Packed) -> Result<Option<Array>> {
-        let (xs, is) = (x.shape(), indices.shape());
-        if !q.row_kernel || xs.len() != 5 || is.len() != 3 || xs[..2] != is[..2] {
-            return Ok(None);
-        }
-        let (tokens, k, inputs) = (is[0] * is[1], is[2], xs[4]);
-        let per_token = match xs[2] {
-            1 => true,
-            n if n == k => false,
-            _ => return Ok(None),
-        };
-        let x2 = x.reshape(&[if per_token { tokens } else { tokens * k }, inputs])?;
-        if !row_invariant::takes_gathered(&x2, &q.scales, q.group_size, q.bits, tokens) {
-            return Ok(None);
-        }
-        // Output row p (token p / k, its expert p % k) reads row p / k of
-        // x, or row p where each pair has its own.
-        let rows: Vec<i32> = (0..tokens * k)
-            .map(|p| if per_token { p / k } else { p })
-            .collect();
-        let y = row_invariant::gather_quantized_matmul(
-            &x2,
-            &q.weight,
-            &q.scales,
-            &q.biases,
-            &Array::from_slice(&rows, &[tokens * k]),
-            indices,
-            tokens,
-            q.group_size,
-            q.bits,
-        )?;
-        let n = q.weight.shape()[1];
-        Ok(Some(y.reshape(&[is[0], is[1], k, 1, n])?))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -760,7 +475,7 @@ mod tests {
         quantized_matmul(x, &q.weight, &q.scales, &q.biases, true, 64, 8).unwrap()
     }
 
-    fn largest(a: &Array) -> f32 {
+    pub(super) fn largest(a: &Array) -> f32 {
         abs(a)
             .unwrap()
             .max(None)
@@ -770,14 +485,14 @@ mod tests {
     }
 
     /// Deterministic values, `[rows, cols]`.
-    fn values(rows: i32, cols: i32, salt: f32) -> Array {
+    pub(super) fn values(rows: i32, cols: i32, salt: f32) -> Array {
         let v: Vec<f32> = (0..rows * cols)
             .map(|i| ((i as f32 + salt) * 0.618).sin())
             .collect();
         Array::from_slice(&v, &[rows, cols])
     }
 
-    fn packed(out: i32, inp: i32, bits: i32, salt: f32) -> Linear {
+    pub(super) fn packed(out: i32, inp: i32, bits: i32, salt: f32) -> Linear {
         let (weight, scales, biases) = quantize(values(out, inp, salt), 64, bits).unwrap();
         let packed = Packed {
             weight,
@@ -790,69 +505,6 @@ mod tests {
         Linear {
             weight: LinearWeight::Quantized(packed),
             bias: None,
-        }
-    }
-
-    /// Packed maps of one format become one quantized matmul whose columns
-    /// are each map's, bit for bit (a gated-delta layer's four maps, the
-    /// narrow ones included); maps of different formats stay apart.
-    #[test]
-    fn packed_maps_stack_into_one_product_with_the_same_values() {
-        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
-        let parts: Vec<Linear> = [(96, 1.0), (64, 2.0), (8, 3.0), (8, 4.0)]
-            .iter()
-            .map(|&(n, salt)| packed(n, 128, 4, salt))
-            .collect();
-        let weight = stack(&parts).unwrap().expect("one format: stacked");
-        let fused = Fused {
-            stacked: Some((weight, stack_widths(&parts))),
-            parts: Vec::new(),
-            paired: false,
-        };
-        assert!(fused.is_stacked() && !fused.is_host());
-        for rows in [1, 16] {
-            let x = values(rows, 128, 9.0);
-            let maps = fused.forward(&x).unwrap();
-            assert_eq!(maps.len(), parts.len());
-            for (i, (map, part)) in maps.iter().zip(&parts).enumerate() {
-                let alone = part.forward(&x).unwrap();
-                assert_eq!(map.shape(), alone.shape(), "map {i}");
-                assert_eq!(largest(&map.subtract(&alone).unwrap()), 0.0, "map {i}");
-                let one = fused.forward_one(i, &x).unwrap();
-                assert_eq!(largest(&one.subtract(&alone).unwrap()), 0.0, "map {i}");
-            }
-        }
-        let mixed = vec![packed(32, 128, 4, 1.0), packed(32, 128, 8, 2.0)];
-        assert!(stack(&mixed).unwrap().is_none(), "4-bit and 8-bit maps");
-    }
-
-    /// A gate and up pair stacked with their rows paired (the GPU's GLU
-    /// end) still gives each map's own product when the kernel does not
-    /// take the input (prefill): the columns are unpaired after it.
-    #[test]
-    fn paired_glu_rows_give_each_maps_product() {
-        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
-        let parts = vec![packed(64, 128, 4, 1.0), packed(64, 128, 4, 2.0)];
-        let Some(LinearWeight::Quantized(mut q)) = stack(&parts).unwrap() else {
-            panic!("one format: stacked");
-        };
-        for array in [&mut q.weight, &mut q.scales, &mut q.biases] {
-            let halves = mlx_rs::ops::split_equal(&*array, 2, 0).unwrap();
-            *array = row_invariant::pair_glu_rows(&halves[0], &halves[1]).unwrap();
-        }
-        let fused = Fused {
-            stacked: Some((LinearWeight::Quantized(q), stack_widths(&parts))),
-            parts: Vec::new(),
-            paired: true,
-        };
-        // Not on the row-invariant kernel (the CPU): no fused gate here.
-        let x = values(16, 128, 9.0);
-        assert!(fused.forward_glu(&x).unwrap().is_none());
-        let maps = fused.forward(&x).unwrap();
-        for (map, part) in maps.iter().zip(&parts) {
-            let alone = part.forward(&x).unwrap();
-            assert_eq!(map.shape(), alone.shape());
-            assert_eq!(largest(&map.subtract(&alone).unwrap()), 0.0);
         }
     }
 
