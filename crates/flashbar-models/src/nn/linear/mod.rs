@@ -324,9 +324,7 @@ impl LinearWeight {
             )?,
         })
     }
-}
 
-impl LinearWeight {
     /// The row-invariant matmul with its [`Ends`] fused in, where it takes
     /// `x` (the activations, or a SwiGLU's `[gate | up]` halves); None where
     /// another path multiplies (the CPU, prefill, other formats).

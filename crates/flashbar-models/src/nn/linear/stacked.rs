@@ -63,18 +63,13 @@ impl Fused {
     pub fn load_glu(weights: &mut Weights, gate: &str, up: &str) -> Result<Self> {
         let parts = vec![Linear::load(weights, gate)?, Linear::load(weights, up)?];
         let widths = stack_widths(&parts);
-        let paired = match (&parts[0].weight, &parts[1].weight, widths.as_slice()) {
-            (LinearWeight::Quantized(g), LinearWeight::Quantized(u), &[n, m])
-                if n == m
+        let paired = match packed_alike(&parts).as_deref() {
+            Some(&[g, u])
+                if widths[0] == widths[1]
                     && g.row_kernel
                     && fuse_ends()
-                    && (g.group_size, g.bits, g.row_kernel)
-                        == (u.group_size, u.bits, u.row_kernel)
-                    && g.scales.dtype() == u.scales.dtype()
-                    && g.weight.shape()[1..] == u.weight.shape()[1..]
-                    && parts.iter().all(|p| p.bias.is_none())
                     && row_invariant::takes_glu(
-                        2 * n,
+                        2 * widths[0],
                         g.weight.shape()[1] * (32 / g.bits),
                         g.bits,
                     ) =>
@@ -173,25 +168,13 @@ fn stack(parts: &[Linear]) -> Result<Option<LinearWeight>> {
         };
         return Ok(HostMatrix::stack(&hosts)?.map(|weight| LinearWeight::Host { weight, dtype }));
     }
-    let packed: Option<Vec<&Packed>> = parts
-        .iter()
-        .map(|part| match &part.weight {
-            LinearWeight::Quantized(q) => Some(q),
-            _ => None,
-        })
-        .collect();
-    let Some(packed) = packed else {
+    let Some(packed) = packed_alike(parts) else {
         return Ok(None);
     };
-    let first = packed[0];
-    let alike = packed.iter().all(|q| {
-        (q.group_size, q.bits, q.row_kernel) == (first.group_size, first.bits, first.row_kernel)
-            && q.scales.dtype() == first.scales.dtype()
-            && q.weight.shape()[1..] == first.weight.shape()[1..]
-    });
-    if !alike || std::env::var(STACK_MAPS_ENV).as_deref() == Ok("0") {
+    if std::env::var(STACK_MAPS_ENV).as_deref() == Ok("0") {
         return Ok(None);
     }
+    let first = packed[0];
     let joined = Packed::rebuilt(first, |of| {
         Ok(concatenate(
             &packed.iter().map(|q| of(q)).collect::<Vec<_>>(),
@@ -199,6 +182,27 @@ fn stack(parts: &[Linear]) -> Result<Option<LinearWeight>> {
         )?)
     })?;
     Ok(Some(LinearWeight::Quantized(joined)))
+}
+
+/// The maps' packed weights where every map is packed alike (bits, group,
+/// kernel, scales' type, inputs) and has no bias; None elsewhere.
+fn packed_alike(parts: &[Linear]) -> Option<Vec<&Packed>> {
+    let packed: Vec<&Packed> = parts
+        .iter()
+        .map(|part| match (&part.weight, &part.bias) {
+            (LinearWeight::Quantized(q), None) => Some(q),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let first = *packed.first()?;
+    packed
+        .iter()
+        .all(|q| {
+            (q.group_size, q.bits, q.row_kernel) == (first.group_size, first.bits, first.row_kernel)
+                && q.scales.dtype() == first.scales.dtype()
+                && q.weight.shape()[1..] == first.weight.shape()[1..]
+        })
+        .then_some(packed)
 }
 
 /// Each map's output width.
