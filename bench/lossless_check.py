@@ -7,6 +7,10 @@ e.g. the H200 with the CUDA build).
 For each (target, drafter) fixture pair, prompt, block size and temperature
 it compares the token ids of `--speculation off` and `--speculation dflash`
 and prints one line per pair plus any mismatch; exit status 1 on a mismatch.
+--pairs TARGET:DRAFTER ... picks other pairs in --fixtures, e.g. the GPU-size
+ones of bench/gpu_fixtures.py (docs/gpu.md, "Checks"):
+
+    --pairs dense-mlx-4bit-h256:drafter-dense-h256 moe-mlx-4bit-h256:drafter-sliding-h256
 """
 
 import argparse
@@ -49,6 +53,13 @@ def as_bf16(source: Path, dest: Path) -> Path:
     return dest
 
 
+def pair(text: str) -> tuple:
+    target, sep, drafter = text.partition(":")
+    if not (target and sep and drafter):
+        raise argparse.ArgumentTypeError(f"{text!r} is not TARGET:DRAFTER")
+    return target, drafter
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--flashbar", required=True)
@@ -56,11 +67,12 @@ def main():
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--prompts", type=int, default=len(PROMPTS))
     parser.add_argument("--bf16", action="store_true", help="run on bf16 copies of the targets")
-    parser.add_argument("--targets", nargs=2, default=[p[0] for p in PAIRS],
-                        help="the dense and MoE target fixtures (e.g. dense-hf-f32 moe-hf-f32)")
+    parser.add_argument("--pairs", nargs="+", type=pair, default=PAIRS, metavar="TARGET:DRAFTER",
+                        help="fixture pairs in --fixtures (default: "
+                        + " ".join(":".join(p) for p in PAIRS) + ")")
     args = parser.parse_args()
     failures = 0
-    for target, (_, drafter) in zip(args.targets, PAIRS):
+    for target, drafter in args.pairs:
         target, drafter = args.fixtures / target, args.fixtures / drafter
         if args.bf16:
             target = as_bf16(target, Path("/tmp/flashbar-lossless") / (target.name + "-bf16"))
