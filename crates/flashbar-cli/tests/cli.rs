@@ -316,6 +316,65 @@ fn generate_with_a_drafter_reports_rounds_and_acceptance() {
     assert!(output.status.success(), "{output:?}");
 }
 
+/// `bench --verify-cost` reports decode, verify and (with a drafter) draft
+/// times, each with the host's part of it, which cannot exceed the whole.
+#[test]
+fn verify_cost_reports_the_host_part_and_the_draft() {
+    let (target, drafter) = default_pair();
+    let (target, drafter) = (target.to_str().unwrap(), drafter.to_str().unwrap());
+    let output = flashbar(&[
+        "bench",
+        "--model",
+        target,
+        "--drafter",
+        drafter,
+        "--verify-cost",
+        "--block",
+        "4",
+        "--context-tokens",
+        "12",
+        "--repeats",
+        "5",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let cost = &report["verify_cost"];
+    let ms = |key: &str| {
+        cost[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key}: {cost}"))
+    };
+    for (part, whole) in [
+        ("decode_queued_ms", "decode_ms"),
+        ("verify_queued_ms", "verify_ms"),
+        ("draft_queued_ms", "draft_ms"),
+    ] {
+        assert!(
+            ms(part) > 0.0 && ms(part) <= ms(whole),
+            "{part} / {whole}: {cost}"
+        );
+    }
+    assert_eq!(ms("ratio"), ms("verify_ms") / ms("decode_ms"));
+    // Without a drafter there is no draft to time.
+    let output = flashbar(&[
+        "bench",
+        "--model",
+        target,
+        "--verify-cost",
+        "--block",
+        "4",
+        "--context-tokens",
+        "12",
+        "--repeats",
+        "5",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(report["verify_cost"]["draft_ms"].is_null(), "{report}");
+}
+
 #[test]
 fn dflash_without_a_drafter() {
     let (target, _) = default_pair();

@@ -15,11 +15,23 @@ use crate::request::GenerateRequest;
 use crate::sampling::SamplingParams;
 use crate::sink::{per_second, Begin, FinishReason, Generation, Mode, RoundStats, Sink, Totals};
 use crate::tokenizer::TextTokenizer;
+use flashbar_models::qwen3_5::{cache_arrays, pipeline_layers};
 use flashbar_models::{LayerCache, Model, Outputs};
 use mlx_rs::ops::concatenate;
 use mlx_rs::ops::indexing::IndexOp;
+use mlx_rs::transforms::async_eval;
 use mlx_rs::Array;
 use std::time::Instant;
+
+/// `1` waits for each round's drafts before the verify is built, as rounds
+/// did before they queued them (`draft_ms` then times the drafter alone);
+/// benchmarks compare the two.
+pub const DRAFT_SYNC_ENV: &str = "FLASHBAR_DRAFT_SYNC";
+
+fn draft_sync() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(DRAFT_SYNC_ENV).as_deref() == Ok("1"))
+}
 
 /// Who decides between plain steps and DFlash rounds.
 pub(crate) enum Control<'a> {
@@ -353,7 +365,14 @@ impl Decoding<'_, '_> {
             let context = concatenate(&run.context, 1)?;
             run.context.clear();
             let d = proposer.propose(model, run.last, &context, drafts_wanted, run.generated)?;
-            d.eval()?;
+            // Queued, not waited for: the device drafts while the host builds
+            // the verify, which reads the drafts on the device (docs/dflash.md,
+            // "One wait a round"). `draft_ms` is then the time to queue it.
+            if draft_sync() {
+                d.eval()?;
+            } else {
+                async_eval([&d])?;
+            }
             Some(d)
         } else {
             None
@@ -399,6 +418,9 @@ impl Decoding<'_, '_> {
         // 5. Keep [last, accepted drafts]; the proposer sees only their taps.
         let clock = Instant::now();
         model.rollback(&mut run.cache, &verified.tape, accepted + 1)?;
+        if pipeline_layers() > 0 {
+            async_eval(cache_arrays(&run.cache))?;
+        }
         if let Some(tapped) = &verified.taps {
             run.context
                 .push(tapped.index((.., ..(accepted as i32 + 1))));

@@ -37,6 +37,9 @@ pub struct RoundStats {
     pub accepted: usize,
     /// Tokens committed this round.
     pub committed: usize,
+    /// The host's time to build and queue the draft; the device drafts
+    /// while the verify is built, so its time falls into `verify_ms`
+    /// (the drafter alone with `FLASHBAR_DRAFT_SYNC=1`).
     pub draft_ms: f64,
     pub verify_ms: f64,
     pub rollback_ms: f64,

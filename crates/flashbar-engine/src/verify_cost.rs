@@ -7,8 +7,8 @@ use crate::error::Result;
 use flashbar_models::dflash_config::default_taps;
 use flashbar_models::qwen3_5::cache_arrays;
 use flashbar_models::{LayerCache, Outputs};
-use mlx_rs::ops::indexing::argmax_axis;
-use mlx_rs::transforms::eval;
+use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
+use mlx_rs::transforms::{async_eval, eval};
 use mlx_rs::Array;
 use serde::Serialize;
 use std::time::Instant;
@@ -25,6 +25,44 @@ pub struct VerifyCost {
     /// verify_ms / decode_ms.
     pub ratio: f64,
     pub ratio_with_rollback: f64,
+    /// Medians of the host's part: building each graph and queuing it on
+    /// the device (`async_eval` returned). Where it is most of the total,
+    /// the host bounds the step, not the device.
+    pub decode_queued_ms: f64,
+    pub verify_queued_ms: f64,
+    /// With a drafter: one draft of `block` tokens after `block` new
+    /// context rows (a round after a whole block was accepted), and its
+    /// host part.
+    pub draft_ms: Option<f64>,
+    pub draft_queued_ms: Option<f64>,
+}
+
+/// One timed sample: the host's time to build and queue, and the whole.
+struct Sample {
+    queued_ms: f64,
+    total_ms: f64,
+}
+
+/// Builds the graph `build` returns, queues it, waits for it.
+fn sample(build: impl FnOnce() -> Result<Vec<Array>>) -> Result<Sample> {
+    let clock = Instant::now();
+    let out = build()?;
+    async_eval(&out)?;
+    let queued_ms = clock.elapsed().as_secs_f64() * 1e3;
+    eval(&out)?;
+    Ok(Sample {
+        queued_ms,
+        total_ms: clock.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+/// Medians of (queued, total) over the samples.
+fn medians(mut samples: Vec<Sample>) -> (f64, f64) {
+    let mid = samples.len() / 2;
+    samples.sort_by(|a, b| a.queued_ms.total_cmp(&b.queued_ms));
+    let queued = samples[mid].queued_ms;
+    samples.sort_by(|a, b| a.total_ms.total_cmp(&b.total_ms));
+    (queued, samples[mid].total_ms)
 }
 
 impl Engine {
@@ -63,47 +101,69 @@ impl Engine {
         ready.push(&prefill.logits);
         eval(ready)?;
 
-        let decode = |cache: &mut Vec<LayerCache>| -> Result<()> {
+        let decode = |cache: &mut Vec<LayerCache>| -> Result<Vec<Array>> {
             let logits = model
                 .forward(&row(ids(1, prompt_tokens)), cache, Outputs::ALL)?
                 .logits;
-            let token = argmax_axis(&logits, -1, false)?;
-            let mut out = cache_arrays(cache);
-            out.push(&token);
-            Ok(eval(out)?)
+            let mut out: Vec<Array> = cache_arrays(cache).into_iter().cloned().collect();
+            out.push(argmax_axis(&logits, -1, false)?);
+            Ok(out)
         };
-        let verify = |cache: &mut Vec<LayerCache>, keep: Option<usize>| -> Result<()> {
+        let verify = |cache: &mut Vec<LayerCache>, keep: Option<usize>| -> Result<Vec<Array>> {
             let verified = model.verify(&row(ids(block, prompt_tokens)), cache, &taps)?;
-            let token = argmax_axis(&verified.logits, -1, false)?;
-            let tapped = verified.taps.iter();
-            eval(
-                [&token]
-                    .into_iter()
-                    .chain(tapped)
-                    .chain(verified.tape.arrays()),
-            )?;
+            let mut out = vec![argmax_axis(&verified.logits, -1, false)?];
+            out.extend(verified.taps.iter().cloned());
+            out.extend(verified.tape.arrays().into_iter().cloned());
             if let Some(keep) = keep {
+                // The rollback reads the tape, so the verify runs first.
+                eval(&out)?;
                 model.rollback(cache, &verified.tape, keep)?;
+                out = cache_arrays(cache).into_iter().cloned().collect();
             }
-            Ok(eval(cache_arrays(cache))?)
+            Ok(out)
         };
-        let time = |f: &dyn Fn(&mut Vec<LayerCache>) -> Result<()>| -> Result<f64> {
+        let time = |f: &dyn Fn(&mut Vec<LayerCache>) -> Result<Vec<Array>>| -> Result<(f64, f64)> {
             for _ in 0..3 {
-                f(&mut context.clone())?; // warm-up: kernels compile on first use
+                let mut cache = context.clone(); // warm-up: kernels compile on first use
+                sample(|| f(&mut cache))?;
             }
             let mut samples = Vec::with_capacity(repeats);
             for _ in 0..repeats.max(1) {
                 let mut cache = context.clone();
-                let clock = Instant::now();
-                f(&mut cache)?;
-                samples.push(clock.elapsed().as_secs_f64() * 1e3);
+                samples.push(sample(|| f(&mut cache))?);
             }
-            samples.sort_by(f64::total_cmp);
-            Ok(samples[samples.len() / 2])
+            Ok(medians(samples))
         };
-        let decode_ms = time(&|c| decode(c))?;
-        let verify_ms = time(&|c| verify(c, None))?;
-        let verify_rollback_ms = time(&|c| verify(c, Some(block / 2)))?;
+        let (decode_queued_ms, decode_ms) = time(&|c| decode(c))?;
+        let (verify_queued_ms, verify_ms) = time(&|c| verify(c, None))?;
+        let (_, verify_rollback_ms) = time(&|c| verify(c, Some(block / 2)))?;
+        let draft = match self.drafter() {
+            Some(drafter) if prompt_tokens > block => {
+                let context_taps = prefill.taps.as_ref().expect("the prefill tapped");
+                let mut primed = drafter.new_cache();
+                let seen = context_taps.index((.., ..-(block as i32), ..));
+                let fresh = context_taps.index((.., -(block as i32).., ..));
+                let mask = drafter.config().mask_token_id;
+                let mut tokens = vec![mask; block];
+                tokens[0] = ids(1, prompt_tokens)[0];
+                let tokens = row(tokens);
+                let first = drafter.forward(model, &tokens, &seen, &mut primed)?;
+                eval([&first])?;
+                let mut samples = Vec::with_capacity(repeats);
+                for i in 0..repeats.max(1) + 3 {
+                    let mut cache = primed.clone();
+                    let s = sample(|| {
+                        let logits = drafter.forward(model, &tokens, &fresh, &mut cache)?;
+                        Ok(vec![argmax_axis(&logits, -1, false)?])
+                    })?;
+                    if i >= 3 {
+                        samples.push(s);
+                    }
+                }
+                Some(medians(samples))
+            }
+            _ => None,
+        };
         Ok(VerifyCost {
             prompt_tokens,
             block,
@@ -112,6 +172,10 @@ impl Engine {
             verify_rollback_ms,
             ratio: verify_ms / decode_ms,
             ratio_with_rollback: verify_rollback_ms / decode_ms,
+            decode_queued_ms,
+            verify_queued_ms,
+            draft_ms: draft.map(|d| d.1),
+            draft_queued_ms: draft.map(|d| d.0),
         })
     }
 }

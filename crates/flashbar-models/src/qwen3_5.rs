@@ -20,6 +20,31 @@ use mlx_rs::Array;
 use std::collections::HashMap;
 use std::path::Path;
 
+/// `n` queues a verify's hidden state on the device every `n` layers, so
+/// the device runs the first layers while the host builds the rest, and a
+/// round's rollback as soon as it is built; `0` queues a verify whole when
+/// it is read. On CUDA every 2 layers unless set (measured on the H200,
+/// docs/acceptance.md "One wait a round, on the H200"); elsewhere `0`
+/// unless set (the CPU's host ops evaluate as they go; Metal is untried).
+/// Docs: docs/dflash.md, "One wait a round".
+pub const PIPELINE_LAYERS_ENV: &str = "FLASHBAR_PIPELINE_LAYERS";
+
+pub fn pipeline_layers() -> usize {
+    use flashbar_mlx::device::{self, Backend};
+    static EVERY: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *EVERY.get_or_init(|| {
+        let backend = device::current();
+        if backend == Backend::Cpu {
+            return 0;
+        }
+        let default = if backend == Backend::Cuda { 2 } else { 0 };
+        std::env::var(PIPELINE_LAYERS_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    })
+}
+
 /// Per-layer decoding state.
 #[derive(Clone)]
 pub enum LayerCache {
@@ -267,9 +292,13 @@ impl Model {
         let mut h = self.embed_tokens.lookup(tokens)?;
         let mut tapped: Vec<Option<Array>> = vec![None; outputs.taps.len()];
         let mut tapes = Vec::with_capacity(if record { self.layers.len() } else { 0 });
+        let queue_every = if record { pipeline_layers() } else { 0 };
         for (index, (layer, state)) in self.layers.iter().zip(cache.iter_mut()).enumerate() {
             let (out, tape) = layer.forward(&h, state, record, eps)?;
             h = out;
+            if queue_every > 0 && (index + 1) % queue_every == 0 {
+                mlx_rs::transforms::async_eval([&h])?;
+            }
             if record {
                 tapes.push(tape);
             }
