@@ -322,24 +322,28 @@ fn generate_with_a_drafter_reports_rounds_and_acceptance() {
 fn verify_cost_reports_the_host_part_and_the_draft() {
     let (target, drafter) = default_pair();
     let (target, drafter) = (target.to_str().unwrap(), drafter.to_str().unwrap());
-    let output = flashbar(&[
-        "bench",
-        "--model",
-        target,
-        "--drafter",
-        drafter,
-        "--verify-cost",
-        "--block",
-        "4",
-        "--context-tokens",
-        "12",
-        "--repeats",
-        "5",
-        "--json",
-    ]);
-    assert!(output.status.success(), "{output:?}");
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let cost = &report["verify_cost"];
+    let report = |pair: &[&str]| -> serde_json::Value {
+        let timing = [
+            "--verify-cost",
+            "--block",
+            "4",
+            "--context-tokens",
+            "12",
+            "--repeats",
+            "5",
+        ];
+        let args: Vec<&str> = ["bench"]
+            .iter()
+            .chain(pair)
+            .chain(&timing)
+            .copied()
+            .collect();
+        let output = flashbar(&[&args[..], &["--json"]].concat());
+        assert!(output.status.success(), "{output:?}");
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        report["verify_cost"].clone()
+    };
+    let cost = report(&["--model", target, "--drafter", drafter]);
     let ms = |key: &str| {
         cost[key]
             .as_f64()
@@ -357,22 +361,8 @@ fn verify_cost_reports_the_host_part_and_the_draft() {
     }
     assert_eq!(ms("ratio"), ms("verify_ms") / ms("decode_ms"));
     // Without a drafter there is no draft to time.
-    let output = flashbar(&[
-        "bench",
-        "--model",
-        target,
-        "--verify-cost",
-        "--block",
-        "4",
-        "--context-tokens",
-        "12",
-        "--repeats",
-        "5",
-        "--json",
-    ]);
-    assert!(output.status.success(), "{output:?}");
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert!(report["verify_cost"]["draft_ms"].is_null(), "{report}");
+    let cost = report(&["--model", target]);
+    assert!(cost["draft_ms"].is_null(), "{cost}");
 }
 
 #[test]
