@@ -27,7 +27,13 @@ accepted: number,
 /**
  * Tokens committed this round.
  */
-committed: number, draft_ms: number, verify_ms: number, rollback_ms: number, 
+committed: number, 
+/**
+ * The host's time to build and queue the draft; the device drafts
+ * while the verify is built, so its time falls into `verify_ms`
+ * (the drafter alone with `FLASHBAR_DRAFT_SYNC=1`).
+ */
+draft_ms: number, verify_ms: number, rollback_ms: number, 
 /**
  * The whole round, start to end (its parts and the host work between).
  */
@@ -99,7 +105,13 @@ accepted: number,
 /**
  * Tokens committed this round.
  */
-committed: number, draft_ms: number, verify_ms: number, rollback_ms: number, 
+committed: number, 
+/**
+ * The host's time to build and queue the draft; the device drafts
+ * while the verify is built, so its time falls into `verify_ms`
+ * (the drafter alone with `FLASHBAR_DRAFT_SYNC=1`).
+ */
+draft_ms: number, verify_ms: number, rollback_ms: number, 
 /**
  * The whole round, start to end (its parts and the host work between).
  */
