@@ -11,6 +11,10 @@ and prints one line per pair plus any mismatch; exit status 1 on a mismatch.
 ones of bench/gpu_fixtures.py (docs/gpu.md, "Checks"):
 
     --pairs dense-mlx-4bit-h256:drafter-dense-h256 moe-mlx-4bit-h256:drafter-sliding-h256
+
+On a GPU, set FLASHBAR_KERNEL_CACHE=1: each `flashbar` process then starts in
+1-2 s instead of compiling every kernel again (13-25 s on the H200;
+docs/gpu.md, "The kernel cache"). It prints one line a prompt as it goes.
 """
 
 import argparse
@@ -81,6 +85,7 @@ def main():
             for prompt in PROMPTS[:args.prompts]:
                 plain = generate(args.flashbar, target, drafter, prompt, "off", 16,
                                  temperature, args.max_tokens)
+                same = []
                 for block in (4, 8, 16):
                     fast = generate(args.flashbar, target, drafter, prompt, "dflash", block,
                                     temperature, args.max_tokens)
@@ -90,8 +95,15 @@ def main():
                         first = next(i for i, (a, b) in enumerate(
                             zip(fast["token_ids"] + [-1], plain["token_ids"] + [-1])) if a != b)
                         print(f"MISMATCH {target.name} T={temperature} block {block} "
-                              f"{prompt!r}: first difference at token {first}")
-        print(f"{target.name} + {drafter.name}: {checked} dflash runs checked against plain decoding")
+                              f"{prompt!r}: first difference at token {first}", flush=True)
+                    else:
+                        same.append(block)
+                # One line a prompt, as it goes: a run cut short still says
+                # what it checked.
+                print(f"  {target.name} T={temperature} {prompt!r}: identical at blocks {same}",
+                      flush=True)
+        print(f"{target.name} + {drafter.name}: {checked} dflash runs checked against plain decoding",
+              flush=True)
     print("lossless: " + ("FAILED" if failures else "all identical"))
     sys.exit(1 if failures else 0)
 

@@ -65,6 +65,11 @@ fn compile_mlx_c(mlx_c: &Path, mlx_include: &Path) {
         .filter(|path| path.extension().is_some_and(|ext| ext == "cpp"))
         .collect();
     sources.sort();
+    // With the `cuda` feature, the one call mlx-c does not bind (the shim's
+    // comment says why).
+    if env::var_os("CARGO_FEATURE_CUDA").is_some() {
+        sources.push(shim_dir().join("precompiled_kernel.cpp"));
+    }
     let mut build = cc::Build::new();
     build
         .cpp(true)

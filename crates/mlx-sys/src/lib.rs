@@ -27,3 +27,26 @@ pub extern "C" fn mach_approximate_time() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |elapsed| elapsed.as_nanos() as u64)
 }
+
+#[cfg(feature = "cuda")]
+extern "C" {
+    /// MLX's `fast::precompiled_cuda_kernel` (`shim/precompiled_kernel.cpp`,
+    /// the `cuda` feature): launches `binary`, a cubin, as kernel `name`.
+    /// Returns 0, or 1 after passing MLX's message to mlx-c's error handler.
+    pub fn flashbar_precompiled_cuda_kernel(
+        outputs: *mut mlx_vector_array,
+        name: *const std::ffi::c_char,
+        binary: *const std::ffi::c_char,
+        binary_len: usize,
+        inputs: mlx_vector_array,
+        output_shapes: *const std::ffi::c_int,
+        output_ndims: *const usize,
+        output_dtypes: *const mlx_dtype,
+        n_outputs: usize,
+        scalars: *const std::ffi::c_int,
+        n_scalars: usize,
+        grid: *const std::ffi::c_int,
+        thread_group: *const std::ffi::c_int,
+        stream: mlx_stream,
+    ) -> std::ffi::c_int;
+}

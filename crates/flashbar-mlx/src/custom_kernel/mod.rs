@@ -15,6 +15,12 @@ use std::ffi::{c_int, CStr, CString};
 use std::sync::OnceLock;
 
 mod ffi;
+#[cfg(target_os = "linux")]
+mod nvrtc;
+#[cfg(all(feature = "cuda", target_os = "linux"))]
+mod precompiled;
+#[cfg_attr(not(all(feature = "cuda", target_os = "linux")), allow(dead_code))]
+mod source;
 #[cfg(not(target_os = "macos"))]
 pub(crate) use ffi::Cuda as Active;
 pub(crate) use ffi::Kernel;
@@ -54,10 +60,9 @@ impl Body {
         })
     }
 
-    /// MLX's name for the kernel, with a hash of its source: MLX caches
-    /// compiled CUDA kernels on disk by name alone (`MLX_PTX_CACHE_DIR`,
-    /// default `$TMPDIR/mlx/<version>/ptx`), so an edited source needs a new
-    /// name.
+    /// The kernel's name, with a hash of its source: compiled kernels are
+    /// cached by name (on disk by `precompiled`, in each process by MLX), so
+    /// an edited source needs a new name.
     pub(crate) fn full_name(&self) -> String {
         format!("flashbar_{}_{:016x}", self.name, self.hash)
     }
@@ -116,6 +121,10 @@ pub(crate) fn launch(spec: &Launch) -> Result<Vec<Array>, Exception> {
             Active::NAME,
             spec.body.name
         )));
+    }
+    #[cfg(all(feature = "cuda", target_os = "linux"))]
+    if precompiled::enabled() {
+        return precompiled::launch(spec, &stream);
     }
     // One kernel object per body and argument names, made on first use:
     // making one scans the whole source for each argument's name.
@@ -205,12 +214,27 @@ fn launch_with<A: KernelApi>(
     };
     check(status, "launching")?;
 
-    // SAFETY: `outputs` is a live vector filled by the call above.
+    read_outputs(&outputs, spec.output_names.len(), &what)
+}
+
+/// The arrays of a launch's output vector, `expected` of them.
+fn read_outputs(
+    outputs: &ArrayVector,
+    expected: usize,
+    what: &dyn Fn(&str) -> String,
+) -> Result<Vec<Array>, Exception> {
+    let check = |status: c_int, step: &str| {
+        if status == 0 {
+            Ok(())
+        } else {
+            Err(Exception::custom(what(&format!("{step} failed"))))
+        }
+    };
+    // SAFETY: `outputs` is a live vector filled by a launch.
     let count = unsafe { mlx_sys::mlx_vector_array_size(outputs.0) };
-    if count != spec.output_names.len() {
+    if count != expected {
         return Err(Exception::custom(what(&format!(
-            "returned {count} outputs, expected {}",
-            spec.output_names.len()
+            "returned {count} outputs, expected {expected}"
         ))));
     }
     (0..count)
