@@ -54,7 +54,11 @@ pub fn run(args: SmokeArgs) -> anyhow::Result<ExitCode> {
     let scratch = tempfile::tempdir().context("cannot create a scratch folder")?;
     let mut results: Vec<(Backend, Vec<CheckResult>)> = Vec::new();
     for backend in backends {
-        let mut checks = smoke::run_all(backend, scratch.path())
+        // Progress on stderr (stdout carries the table or the JSON).
+        let mut progress = |c: &CheckResult| {
+            eprintln!("smoke: {backend} {} {}", c.name, verdict(c.passed()));
+        };
+        let mut checks = smoke::run_all(backend, scratch.path(), &mut progress)
             .with_context(|| format!("MLX failed on {backend}"))?;
         // The models' own GPU checks (the fused gated-delta layer), last so
         // that the checks both devices run line up.

@@ -7,7 +7,10 @@ use flashbar_mlx::smoke;
 #[test]
 fn every_smoke_check_passes_on_cpu() {
     let scratch = tempfile::tempdir().unwrap();
-    let results = smoke::run_all(Backend::Cpu, scratch.path()).unwrap();
+    let mut seen = Vec::new();
+    let results = smoke::run_all(Backend::Cpu, scratch.path(), &mut |c| seen.push(c.name)).unwrap();
+    // Each result reaches the caller as it is known, in order.
+    assert_eq!(seen, results.iter().map(|c| c.name).collect::<Vec<_>>());
     let names: Vec<_> = results.iter().map(|r| r.name).collect();
     assert_eq!(
         names,

@@ -38,30 +38,42 @@ impl CheckResult {
     }
 }
 
-/// Runs every check on `backend`'s device; `scratch` is a folder for the safetensors file.
-pub fn run_all(backend: Backend, scratch: &Path) -> Result<Vec<CheckResult>, Exception> {
+/// Runs every check on `backend`'s device; `scratch` is a folder for the
+/// safetensors file. `done` sees each result as soon as it is known (a GPU
+/// run compiles kernels for minutes; a run cut short still says how far it
+/// got).
+pub fn run_all(
+    backend: Backend,
+    scratch: &Path,
+    done: &mut dyn FnMut(&CheckResult),
+) -> Result<Vec<CheckResult>, Exception> {
     with_device(backend.device(), || {
-        let mut checks = vec![
-            matmul_f32(backend)?,
-            quantize_4bit()?,
-            quantized_matmul_4bit()?,
-            gather_qmm_4bit()?,
-            safetensors_round_trip(&scratch.join("smoke.safetensors"))?,
-            half_round_trip()?,
-        ];
+        let mut checks = Vec::new();
+        let mut add = |new: Vec<CheckResult>| {
+            new.iter().for_each(&mut *done);
+            checks.extend(new);
+        };
+        add(vec![matmul_f32(backend)?]);
+        add(vec![quantize_4bit()?]);
+        add(vec![quantized_matmul_4bit()?]);
+        add(vec![gather_qmm_4bit()?]);
+        add(vec![safetensors_round_trip(
+            &scratch.join("smoke.safetensors"),
+        )?]);
+        add(vec![half_round_trip()?]);
         // GPU-only checks go last, so that the checks both devices run line up.
         if gdn_kernels::available(backend) {
-            checks.push(gdn_kernel_vs_ops()?);
+            add(vec![gdn_kernel_vs_ops()?]);
         }
         if row_invariant::available(backend) {
-            checks.extend(row_invariant_checks::qmm()?);
-            checks.extend(row_invariant_checks::qmm_ends()?);
-            checks.extend(row_invariant_checks::gathered_qmm()?);
-            checks.extend(row_invariant_checks::attention()?);
-            checks.extend(row_invariant_checks::conv()?);
+            add(row_invariant_checks::qmm()?.into());
+            add(row_invariant_checks::qmm_ends()?.into());
+            add(row_invariant_checks::gathered_qmm()?.into());
+            add(row_invariant_checks::attention()?.into());
+            add(row_invariant_checks::conv()?.into());
         }
         if gdn_kernels::layer_available(backend) {
-            checks.extend(gdn_layer_checks::layer()?);
+            add(gdn_layer_checks::layer()?.into());
         }
         Ok(checks)
     })
