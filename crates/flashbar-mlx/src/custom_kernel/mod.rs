@@ -17,6 +17,9 @@ use std::sync::OnceLock;
 mod ffi;
 #[cfg(target_os = "linux")]
 mod nvrtc;
+#[cfg(target_os = "linux")]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod nvrtc_cache;
 #[cfg(all(feature = "cuda", target_os = "linux"))]
 mod precompiled;
 #[cfg_attr(not(all(feature = "cuda", target_os = "linux")), allow(dead_code))]

@@ -256,3 +256,29 @@ fn includes(nvrtc: &Option<PathBuf>) -> Vec<PathBuf> {
     dirs.retain(|d| d.is_dir());
     dirs
 }
+
+/// The NVIDIA wheel's NVRTC in the Python environment (scripts/setup.sh,
+/// tests/python/requirements.txt), for tests on a machine without a GPU:
+/// the library's handle and the wheel's include folder (cuda_fp16.h, ...).
+#[cfg(test)]
+pub(crate) fn wheel() -> (*mut c_void, PathBuf) {
+    let root = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.venv/lib"))
+        .expect("the Python environment (scripts/setup.sh)")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("site-packages/nvidia/cu13"))
+        .find(|p| p.is_dir())
+        .expect("the nvidia-cuda-nvrtc wheel (tests/python/requirements.txt)");
+    let load = |name: &str, flags| {
+        let path = CString::new(root.join("lib").join(name).display().to_string()).unwrap();
+        // SAFETY: a valid C string; the handle is never closed.
+        let handle = unsafe { libc::dlopen(path.as_ptr(), flags) };
+        assert!(!handle.is_null(), "{name} does not load");
+        handle
+    };
+    // libnvrtc loads its builtins by name: load them first, globally.
+    load(
+        "libnvrtc-builtins.so.13.0",
+        libc::RTLD_NOW | libc::RTLD_GLOBAL,
+    );
+    (load("libnvrtc.so.13", libc::RTLD_NOW), root.join("include"))
+}

@@ -144,23 +144,10 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn every_body_compiles_as_the_cache_wraps_it() {
-        use crate::custom_kernel::nvrtc::{open, Nvrtc};
-        let site = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.venv/lib"))
-            .expect("the Python environment (scripts/setup.sh)")
-            .filter_map(|e| e.ok())
-            .map(|e| e.path().join("site-packages/nvidia/cu13"))
-            .find(|p| p.is_dir())
-            .expect("the nvidia-cuda-nvrtc wheel (tests/python/requirements.txt)");
-        let lib = |name: &str| site.join("lib").join(name).display().to_string();
-        // libnvrtc loads its builtins by name: load them first, globally.
-        let builtins = std::ffi::CString::new(lib("libnvrtc-builtins.so.13.0")).unwrap();
-        // SAFETY: a valid C string; the handle is never closed.
-        assert!(
-            !unsafe { libc::dlopen(builtins.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) }
-                .is_null()
-        );
-        let nvrtc = Nvrtc::from_handle(open(&[&lib("libnvrtc.so.13")]).unwrap()).unwrap();
-        let includes = [site.join("include")];
+        use crate::custom_kernel::nvrtc::{wheel, Nvrtc};
+        let (handle, include) = wheel();
+        let nvrtc = Nvrtc::from_handle(handle).unwrap();
+        let includes = [include];
 
         let a = |dtype: Dtype, ndim: usize| {
             Array::from_slice(&[0.0f32], &[1])
