@@ -11,9 +11,14 @@ use std::sync::OnceLock;
 
 type Program = *mut c_void;
 
-/// NVRTC's calls, looked up once in a loaded libnvrtc.
+type Get = unsafe extern "C" fn(Program, *mut c_char) -> c_int;
+type Size = unsafe extern "C" fn(Program, *mut usize) -> c_int;
+
+/// NVRTC's calls, looked up once in a loaded libnvrtc: the ones MLX makes
+/// (which the NVRTC cache stands in front of, `nvrtc_cache`) and ours.
+#[derive(Clone, Copy)]
 pub(crate) struct Nvrtc {
-    create: unsafe extern "C" fn(
+    pub create: unsafe extern "C" fn(
         *mut Program,
         *const c_char,
         *const c_char,
@@ -21,13 +26,17 @@ pub(crate) struct Nvrtc {
         *const *const c_char,
         *const *const c_char,
     ) -> c_int,
-    compile: unsafe extern "C" fn(Program, c_int, *const *const c_char) -> c_int,
-    log_size: unsafe extern "C" fn(Program, *mut usize) -> c_int,
-    log: unsafe extern "C" fn(Program, *mut c_char) -> c_int,
-    ptx_size: unsafe extern "C" fn(Program, *mut usize) -> c_int,
-    ptx: unsafe extern "C" fn(Program, *mut c_char) -> c_int,
-    destroy: unsafe extern "C" fn(*mut Program) -> c_int,
-    version: (c_int, c_int),
+    pub add_name: unsafe extern "C" fn(Program, *const c_char) -> c_int,
+    pub compile: unsafe extern "C" fn(Program, c_int, *const *const c_char) -> c_int,
+    pub lowered: unsafe extern "C" fn(Program, *const c_char, *mut *const c_char) -> c_int,
+    pub cubin_size: Size,
+    pub cubin: Get,
+    pub ptx_size: Size,
+    pub ptx: Get,
+    pub log_size: Size,
+    pub log: Get,
+    pub destroy: unsafe extern "C" fn(*mut Program) -> c_int,
+    pub version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int,
 }
 
 // SAFETY: plain function pointers into a library that is never unloaded.
@@ -35,26 +44,35 @@ unsafe impl Send for Nvrtc {}
 unsafe impl Sync for Nvrtc {}
 
 impl Nvrtc {
-    /// NVRTC from the library `handle` (from `dlopen`).
+    /// NVRTC from the library `handle`: a `dlopen` handle, or `RTLD_NEXT`
+    /// (the library after this binary that defines the calls).
     pub(crate) fn from_handle(handle: *mut c_void) -> Result<Nvrtc, String> {
         // SAFETY: each symbol is looked up by its documented name and cast
         // to its documented C signature.
         unsafe {
-            let version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int =
-                function(handle, "nvrtcVersion")?;
-            let (mut major, mut minor) = (0, 0);
-            version(&mut major, &mut minor);
             Ok(Nvrtc {
                 create: function(handle, "nvrtcCreateProgram")?,
+                add_name: function(handle, "nvrtcAddNameExpression")?,
                 compile: function(handle, "nvrtcCompileProgram")?,
-                log_size: function(handle, "nvrtcGetProgramLogSize")?,
-                log: function(handle, "nvrtcGetProgramLog")?,
+                lowered: function(handle, "nvrtcGetLoweredName")?,
+                cubin_size: function(handle, "nvrtcGetCUBINSize")?,
+                cubin: function(handle, "nvrtcGetCUBIN")?,
                 ptx_size: function(handle, "nvrtcGetPTXSize")?,
                 ptx: function(handle, "nvrtcGetPTX")?,
+                log_size: function(handle, "nvrtcGetProgramLogSize")?,
+                log: function(handle, "nvrtcGetProgramLog")?,
                 destroy: function(handle, "nvrtcDestroyProgram")?,
-                version: (major, minor),
+                version: function(handle, "nvrtcVersion")?,
             })
         }
+    }
+
+    /// NVRTC's version, (major, minor).
+    pub(crate) fn version(&self) -> (c_int, c_int) {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: two valid out-pointers.
+        unsafe { (self.version)(&mut major, &mut minor) };
+        (major, minor)
     }
 
     /// Compiles `source` (kernel `name`) to PTX for `arch` ("compute_90"),
@@ -170,7 +188,7 @@ fn load() -> Result<Runtime, String> {
         }
         (major, minor)
     };
-    let (major, minor) = nvrtc.version;
+    let (major, minor) = nvrtc.version();
     Ok(Runtime {
         arch: format!("compute_{cc_major}{cc_minor}.nvrtc{major}.{minor}"),
         includes: includes(&library_path("libnvrtc")),

@@ -2,7 +2,7 @@
 //! (`flashbar-cli`'s build script exports them, so libmlx's calls land here
 //! before the real NVRTC): each goes through the cache.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
-use super::{Cache, Program, Real};
+use super::{Cache, Nvrtc, Program};
 use std::ffi::{c_char, c_int};
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -30,15 +30,15 @@ fn cache() -> Option<&'static Cache> {
     static CACHE: OnceLock<Option<Cache>> = OnceLock::new();
     CACHE
         .get_or_init(|| {
-            // SAFETY: RTLD_NEXT finds the library after this binary that
-            // defines the calls (libnvrtc); failing that, libnvrtc by name.
-            let real = unsafe { Real::from(libc::RTLD_NEXT) }.or_else(|_| {
+            // RTLD_NEXT finds the library after this binary that defines
+            // the calls (libnvrtc); failing that, libnvrtc by name.
+            let real = Nvrtc::from_handle(libc::RTLD_NEXT).or_else(|_| {
                 let handle = super::super::nvrtc::open(&[
                     "libnvrtc.so.13",
                     "libnvrtc.so.12",
                     "libnvrtc.so",
                 ])?;
-                unsafe { Real::from(handle) }
+                Nvrtc::from_handle(handle)
             });
             real.ok().map(|real| Cache::new(real, folder()))
         })

@@ -11,6 +11,7 @@
 //! Opt-in while unproven on a GPU: `FLASHBAR_NVRTC_CACHE=1` (or a folder);
 //! without it every call goes straight through.
 
+use super::nvrtc::Nvrtc;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -22,66 +23,6 @@ pub(crate) type Program = *mut c_void;
 const SUCCESS: c_int = 0;
 /// NVRTC_ERROR_INVALID_INPUT.
 const INVALID_INPUT: c_int = 3;
-
-type Get = unsafe extern "C" fn(Program, *mut c_char) -> c_int;
-type Size = unsafe extern "C" fn(Program, *mut usize) -> c_int;
-
-/// The real NVRTC calls the cache stands in front of.
-#[derive(Clone, Copy)]
-pub(crate) struct Real {
-    pub create: unsafe extern "C" fn(
-        *mut Program,
-        *const c_char,
-        *const c_char,
-        c_int,
-        *const *const c_char,
-        *const *const c_char,
-    ) -> c_int,
-    pub add_name: unsafe extern "C" fn(Program, *const c_char) -> c_int,
-    pub compile: unsafe extern "C" fn(Program, c_int, *const *const c_char) -> c_int,
-    pub lowered: unsafe extern "C" fn(Program, *const c_char, *mut *const c_char) -> c_int,
-    pub cubin_size: Size,
-    pub cubin: Get,
-    pub ptx_size: Size,
-    pub ptx: Get,
-    pub log_size: Size,
-    pub log: Get,
-    pub destroy: unsafe extern "C" fn(*mut Program) -> c_int,
-    pub version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int,
-}
-
-impl Real {
-    /// The calls of the library `handle` (or `RTLD_NEXT`: the library after
-    /// this binary that defines them).
-    ///
-    /// # Safety
-    /// `handle` must be a live `dlopen` handle or `RTLD_NEXT`.
-    pub(crate) unsafe fn from(handle: *mut c_void) -> Result<Real, String> {
-        unsafe fn f<F: Copy>(handle: *mut c_void, name: &str) -> Result<F, String> {
-            assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
-            let c = CString::new(name).map_err(|e| e.to_string())?;
-            let raw = libc::dlsym(handle, c.as_ptr());
-            if raw.is_null() {
-                return Err(format!("no symbol {name}"));
-            }
-            Ok(std::mem::transmute_copy::<*mut c_void, F>(&raw))
-        }
-        Ok(Real {
-            create: f(handle, "nvrtcCreateProgram")?,
-            add_name: f(handle, "nvrtcAddNameExpression")?,
-            compile: f(handle, "nvrtcCompileProgram")?,
-            lowered: f(handle, "nvrtcGetLoweredName")?,
-            cubin_size: f(handle, "nvrtcGetCUBINSize")?,
-            cubin: f(handle, "nvrtcGetCUBIN")?,
-            ptx_size: f(handle, "nvrtcGetPTXSize")?,
-            ptx: f(handle, "nvrtcGetPTX")?,
-            log_size: f(handle, "nvrtcGetProgramLogSize")?,
-            log: f(handle, "nvrtcGetProgramLog")?,
-            destroy: f(handle, "nvrtcDestroyProgram")?,
-            version: f(handle, "nvrtcVersion")?,
-        })
-    }
-}
 
 /// What a compile left: the machine code (cubin) or PTX, and the lowered
 /// name of each name expression.
@@ -102,7 +43,7 @@ struct State {
 }
 
 pub(crate) struct Cache {
-    real: Real,
+    real: Nvrtc,
     dir: Option<PathBuf>,
     programs: Mutex<HashMap<usize, State>>,
     /// Compiles the real NVRTC ran (for tests and logs).
@@ -111,7 +52,7 @@ pub(crate) struct Cache {
 
 impl Cache {
     /// `dir`: where entries live; `None` passes every call through.
-    pub(crate) fn new(real: Real, dir: Option<PathBuf>) -> Cache {
+    pub(crate) fn new(real: Nvrtc, dir: Option<PathBuf>) -> Cache {
         Cache {
             real,
             dir,
@@ -196,8 +137,7 @@ impl Cache {
         options: *const *const c_char,
     ) -> c_int {
         let file = self.dir.as_ref().and_then(|dir| {
-            let (mut major, mut minor) = (0, 0);
-            (self.real.version)(&mut major, &mut minor);
+            let (major, minor) = self.real.version();
             self.state(program, |s| {
                 let mut hash = Sha256::new();
                 hash.update(format!("nvrtc {major}.{minor}\0"));
@@ -247,7 +187,9 @@ impl Cache {
             }
             lowered.push((name, CStr::from_ptr(out).to_owned()));
         }
-        let fetch = |size: Size, get: Get| -> Option<Vec<u8>> {
+        let fetch = |size: unsafe extern "C" fn(Program, *mut usize) -> c_int,
+                     get: unsafe extern "C" fn(Program, *mut c_char) -> c_int|
+         -> Option<Vec<u8>> {
             let mut n = 0usize;
             if size(program, &mut n) != SUCCESS || n == 0 {
                 return None;

@@ -58,7 +58,7 @@ fn as_mlx_does(cache: &Cache, source: &str, options: &[&str]) -> (c_int, String,
 #[test]
 fn a_program_seen_before_is_answered_from_disk() {
     // SAFETY: a live handle.
-    let real = unsafe { Real::from(wheel().0) }.unwrap();
+    let real = Nvrtc::from_handle(wheel().0).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cache = Cache::new(real, Some(dir.path().to_owned()));
     let sm90 = ["--gpu-architecture=sm_90"];
@@ -95,7 +95,7 @@ fn a_program_seen_before_is_answered_from_disk() {
 #[test]
 fn failures_are_not_cached_and_damage_is_recompiled() {
     // SAFETY: a live handle.
-    let real = unsafe { Real::from(wheel().0) }.unwrap();
+    let real = Nvrtc::from_handle(wheel().0).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cache = Cache::new(real, Some(dir.path().to_owned()));
     let sm90 = ["--gpu-architecture=sm_90"];
