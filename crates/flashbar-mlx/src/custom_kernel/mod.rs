@@ -14,6 +14,9 @@ use std::collections::HashMap;
 use std::ffi::{c_int, CStr, CString};
 use std::sync::OnceLock;
 
+#[cfg(target_os = "linux")]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod disk;
 mod ffi;
 #[cfg(target_os = "linux")]
 mod nvrtc;

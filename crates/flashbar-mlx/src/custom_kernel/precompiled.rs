@@ -16,7 +16,7 @@
 //! arithmetic runs either way, and decode and verify take the same path.
 
 use super::source::{signature_hash, source};
-use super::{nvrtc, Body, Launch};
+use super::{disk, nvrtc, Body, Launch};
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Stream};
 use std::collections::HashMap;
@@ -32,22 +32,11 @@ const CACHE_ENV: &str = "FLASHBAR_KERNEL_CACHE";
 
 pub(crate) fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        !matches!(
-            std::env::var(CACHE_ENV).as_deref(),
-            Err(_) | Ok("" | "0" | "off")
-        )
-    })
+    *ON.get_or_init(|| cache_dir().is_some())
 }
 
 fn cache_dir() -> Option<PathBuf> {
-    match std::env::var_os(CACHE_ENV) {
-        Some(dir) if !matches!(dir.to_str(), Some("" | "1" | "on")) => Some(PathBuf::from(dir)),
-        _ => std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .map(|base| base.join("flashbar").join("cuda-kernels")),
-    }
+    disk::folder(CACHE_ENV, "cuda-kernels")
 }
 
 /// One compiled variant of a body.
@@ -160,7 +149,7 @@ fn make(spec: &Launch, signature: u64) -> Result<Variant, Exception> {
                 .compile(&source, &name, target, &runtime.includes)
                 .map_err(|e| Exception::custom(format!("CUDA kernel {}: {e}", body.name)))?;
             if let Some(file) = &file {
-                store(file, &binary);
+                disk::write_whole(file, &binary);
             }
             binary
         }
@@ -173,23 +162,9 @@ fn make(spec: &Launch, signature: u64) -> Result<Variant, Exception> {
 }
 
 /// Whether `ptx` is a whole PTX file for kernel `name` (written by
-/// [`store`], so never half a file; this guards against other damage).
+/// [`disk::write_whole`], so never half a file; this guards against other damage).
 fn is_ptx(ptx: &[u8], name: &str) -> bool {
     ptx.ends_with(b"\0")
         && std::str::from_utf8(&ptx[..ptx.len() - 1])
             .is_ok_and(|text| text.contains(&format!(".entry {name}(")))
-}
-
-/// Writes `binary` to `file` through a temporary file and a rename, so a
-/// reader never sees half a file. A folder we cannot write only costs the
-/// next process a compile.
-fn store(file: &std::path::Path, binary: &[u8]) {
-    let Some(dir) = file.parent() else { return };
-    let temp = file.with_extension(format!("{}.tmp", std::process::id()));
-    let written = std::fs::create_dir_all(dir)
-        .and_then(|_| std::fs::write(&temp, binary))
-        .and_then(|_| std::fs::rename(&temp, file));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
 }

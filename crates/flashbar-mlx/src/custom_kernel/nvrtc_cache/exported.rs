@@ -15,15 +15,7 @@ const INTERNAL: c_int = 11;
 /// `$XDG_CACHE_HOME/flashbar/nvrtc` (or `~/.cache/...`); else it names
 /// the folder.
 fn folder() -> Option<PathBuf> {
-    let value = std::env::var_os("FLASHBAR_NVRTC_CACHE")?;
-    match value.to_str() {
-        Some("" | "0" | "off") => None,
-        Some("1" | "on") => std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .map(|base| base.join("flashbar").join("nvrtc")),
-        _ => Some(PathBuf::from(value)),
-    }
+    super::super::disk::folder("FLASHBAR_NVRTC_CACHE", "nvrtc")
 }
 
 fn cache() -> Option<&'static Cache> {

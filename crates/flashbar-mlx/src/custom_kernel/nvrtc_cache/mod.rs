@@ -340,14 +340,7 @@ fn write(file: &Path, entry: &Entry) {
     }
     out.extend((entry.code.len() as u64).to_le_bytes());
     out.extend_from_slice(&entry.code);
-    let Some(dir) = file.parent() else { return };
-    let temp = file.with_extension(format!("{}.tmp", std::process::id()));
-    let written = std::fs::create_dir_all(dir)
-        .and_then(|_| std::fs::write(&temp, &out))
-        .and_then(|_| std::fs::rename(&temp, file));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
+    super::disk::write_whole(file, &out);
 }
 
 fn read(file: &Path) -> Option<Entry> {
