@@ -151,6 +151,11 @@ pub fn run() {
             }
         }),
         Err(error) => {
+            let error = error.to_string();
+            // Returns only when it did not start over.
+            if let Some(why) = shell::relaunch::after(&error) {
+                eprintln!("flashbar-app: {why}");
+            }
             eprintln!("flashbar-app: cannot start: {error}");
             std::process::exit(1);
         }

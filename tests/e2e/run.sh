@@ -4,7 +4,8 @@
 # temp dir and a local test hub (the hub crate's fake_hub_server example,
 # serving the embedded pair slowly under the catalogue id in
 # catalogue.json), and runs app.test.mjs with node's test runner, then
-# dark.test.mjs with the GTK theme dark. Screenshots of each view land in
+# dark.test.mjs with the GTK theme dark, then relaunch.sh (a launch while
+# the last instance quits). Screenshots of each view land in
 # target/e2e-screenshots/{light,dark}. Needs scripts/setup.sh first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -69,10 +70,17 @@ run_pass() {
     sleep 0.1
   done
   local status=0
-  node --test --test-concurrency=1 "$file" || status=$?
+  # A hung pass fails after 10 min instead of holding CI to its limit.
+  node --test --test-concurrency=1 --test-timeout=600000 "$file" || status=$?
   kill "$driver_pid" 2>/dev/null || true
   wait "$driver_pid" 2>/dev/null || true
   driver_pid=
+  # The next pass's app must not meet this one's still on the session bus
+  # (the single-instance name): wait for it to be gone.
+  for _ in $(seq 100); do
+    pgrep -f "^$app" > /dev/null || break
+    sleep 0.1
+  done
   if [ "$status" -ne 0 ]; then
     echo "--- tauri-driver log" >&2
     tail -n 40 "$scratch/tauri-driver.log" >&2
@@ -85,6 +93,9 @@ rm -rf "$E2E_SCREENSHOTS"
 run_pass tests/e2e/app.test.mjs GTK_THEME=Adwaita
 # GTK_THEME ending in :dark is what WebKitGTK reads as prefers-color-scheme.
 run_pass tests/e2e/dark.test.mjs GTK_THEME=Adwaita:dark
+
+echo "== relaunch"
+tests/e2e/relaunch.sh "$app"
 
 # Cold start until tray + window are ready (goal: 1.5 s). On a shared CI
 # machine with a debug build the bound is loose; it catches regressions.

@@ -3,6 +3,7 @@
 //! small macOS-only parts (no Dock icon, window under the menu-bar icon).
 
 pub mod glance;
+pub mod relaunch;
 pub mod tray;
 pub mod window;
 
