@@ -45,7 +45,7 @@ fn run(m: &Map, x: &[f32], out: &mut Vec<f32>) {
     let rows = x.len() / m.k;
     out.resize(rows * m.n, 0.0);
     let w = m.panels.as_slice::<bf16>();
-    matmul_columns(x, w, m.k, m.n, ColumnSum::F32, out);
+    matmul_columns(x, w, m.k, m.n, ColumnSum::Fused, out);
 }
 
 fn main() {

@@ -1,12 +1,15 @@
 //! Column-panel kernels for bf16 weights: each output summed in k order,
-//! in f32 or with MLX's CPU bf16 roundings ([`ColumnSum`]), vectorised
+//! by fused multiply-adds, in f32, or with MLX's CPU bf16 roundings
+//! ([`ColumnSum`]), vectorised
 //! across the columns of a panel so every lane keeps its column's order.
 
 use super::*;
 
-/// How a product by bf16 weights sums, for bf16 inputs: what MLX's CPU
-/// kernels do (docs/cpu.md, "Parity with mlx-lm").
+/// How a product by bf16 weights sums: the default arithmetic's fused
+/// multiply-adds, or what MLX's CPU kernels do for bf16 inputs (docs/cpu.md,
+/// "Parity with mlx-lm"). Every variant sums each output alone, in k order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum ColumnSum {
     /// MLX's quantized matmul in bf16: every product and every partial sum
     /// rounded to bf16, in k order.
@@ -14,6 +17,13 @@ pub enum ColumnSum {
     /// MLX's bf16 gemm: the products and their sum in f32, in k order,
     /// rounded to bf16 once at the end (by the caller).
     F32,
+    /// The default arithmetic ([`super::Arithmetic::F32`]): each product
+    /// added to the f32 sum by one fused multiply-add (one rounding, not
+    /// two), in k order. IEEE 754 defines the fused operation exactly, so
+    /// the bits are the same with FMA registers, NEON or a software
+    /// `mul_add`; on x86 it takes half the arithmetic operations of a
+    /// multiply and an add (docs/cpu.md, "Fused multiply-adds").
+    Fused,
 }
 
 /// Columns of a panel: weights stored by columns are kept as panels of
@@ -35,6 +45,7 @@ pub(super) fn column_scalar(x: &[f32], w: &[bf16], col: usize, sum: ColumnSum) -
         acc = match sum {
             ColumnSum::Bf16 => round_bf16_finite(acc + round_bf16_finite(xv * w)),
             ColumnSum::F32 => acc + xv * w,
+            ColumnSum::Fused => xv.mul_add(w, acc),
         };
     }
     acc
@@ -66,7 +77,10 @@ pub(super) fn simd() -> Simd {
         #[cfg(target_arch = "x86_64")]
         {
             let avx512 = std::is_x86_feature_detected!("avx512f");
-            let avx2 = std::is_x86_feature_detected!("avx2");
+            // Every AVX2 machine but a few VIA chips has FMA; the fused sum
+            // needs it.
+            let avx2 =
+                std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
             match forced.as_deref() {
                 Some("scalar") => Simd::Scalar,
                 Some("avx2") if avx2 => Simd::Avx2,

@@ -81,9 +81,10 @@ pub use ops::{add, norm_rows, rms_norm, sigmoid, silu, swiglu, takes, zip_with, 
 pub use rows::*;
 
 /// Which arithmetic the host kernels use for bf16 checkpoints
-/// (docs/cpu.md, "Parity with mlx-lm"): f32 sums (the default: more
-/// precise, faster, and the arithmetic of MLX's GPU kernels, which the
-/// drafters are trained against), or MLX's CPU kernels bit for bit, whose
+/// (docs/cpu.md, "Parity with mlx-lm"): f32 sums by fused multiply-adds
+/// ([`ColumnSum::Fused`]; the default: more precise, faster, and close to
+/// MLX's GPU kernels, whose greedy continuations the drafters are trained
+/// on), or MLX's CPU kernels bit for bit, whose
 /// quantized matmul rounds every product and partial sum to bf16 (what
 /// mlx-lm computes on a CPU; the parity tests use it). Both are
 /// row-invariant, so DFlash stays lossless in either.
@@ -194,8 +195,9 @@ pub enum Layout {
     /// `[n, k]` f32 or bf16, by [`matmul_nt`] (f32 checkpoints).
     Rows,
     /// bf16 panels ([`to_panels`]), by [`matmul_columns`]: bf16
-    /// checkpoints, whose bf16 inputs it multiplies exactly as MLX's CPU
-    /// kernels do. Inputs of another type take [`ColumnSum::F32`].
+    /// checkpoints, summed as the arithmetic says ([`ColumnSum`]). Inputs
+    /// of another type than bf16 take [`ColumnSum::F32`] for
+    /// [`ColumnSum::Bf16`].
     Columns(ColumnSum),
 }
 
@@ -296,10 +298,11 @@ impl HostMatrix {
             }
             (Layout::Rows, _) => matmul_nt(xs, self.weight.as_slice::<f32>(), k, &mut out),
             (Layout::Columns(sum), _) => {
-                let sum = if dtype == Dtype::Bfloat16 {
-                    sum
-                } else {
+                // MLX's roundings to bf16 are those of bf16 inputs.
+                let sum = if sum == ColumnSum::Bf16 && dtype != Dtype::Bfloat16 {
                     ColumnSum::F32
+                } else {
+                    sum
                 };
                 matmul_columns(xs, self.weight.as_slice::<bf16>(), k, n, sum, &mut out)
             }

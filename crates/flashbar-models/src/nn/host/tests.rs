@@ -59,8 +59,12 @@ fn column_kernels_at(shapes: &[(usize, usize)]) {
         let panels = to_panels(&w).unwrap();
         let panels = panels.as_slice::<bf16>();
         for rows in [1, 2, 3, 4, 5, 6, 8, 9, 12, 15, 16, 17, 24, 31, 32] {
-            let x = bf16_values(rows * k, 2.0, 1.9);
-            for sum in [ColumnSum::Bf16, ColumnSum::F32] {
+            // Inputs off the bf16 grid: the product of two bf16 values is
+            // exact in f32, so with bf16 inputs a fused multiply-add gives
+            // a multiply and an add's bits and the sums could not be told
+            // apart.
+            let x = values(rows * k, 2.0);
+            for sum in [ColumnSum::Bf16, ColumnSum::F32, ColumnSum::Fused] {
                 let want: Vec<f32> = (0..rows)
                     .flat_map(|m| {
                         let row = &x[m * k..(m + 1) * k];
@@ -87,6 +91,31 @@ fn column_kernels_at(shapes: &[(usize, usize)]) {
                 assert_eq!(out, want, "{n}x{k}, {rows} rows, {sum:?}, threaded");
             }
         }
+    }
+}
+
+/// With bf16 inputs (the models' activations) each product of two bf16
+/// values is exact in f32, so the fused sum has the bits of a multiply and
+/// an add: the default arithmetic's outputs did not change when its
+/// kernels began to fuse them (docs/cpu.md, "Fused multiply-adds"). Off
+/// the bf16 grid the two differ, so the comparison can fail.
+#[test]
+fn fused_sums_of_bf16_inputs_are_the_unfused_sums() {
+    cpu();
+    let (n, k) = (2304, 384);
+    let w = Array::from_slice(&bf16_values(n * k, 1.0, 0.7), &[n as i32, k as i32]);
+    let panels = to_panels(&w).unwrap();
+    let panels = panels.as_slice::<bf16>();
+    let product = |x: &[f32], sum| {
+        let mut out = vec![0f32; x.len() / k * n];
+        matmul_columns(x, panels, k, n, sum, &mut out);
+        out
+    };
+    for rows in [1, 16] {
+        let x = bf16_values(rows * k, 2.0, 1.9);
+        assert_eq!(product(&x, ColumnSum::Fused), product(&x, ColumnSum::F32));
+        let x = values(rows * k, 2.0);
+        assert_ne!(product(&x, ColumnSum::Fused), product(&x, ColumnSum::F32));
     }
 }
 

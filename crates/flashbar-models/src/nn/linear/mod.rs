@@ -263,18 +263,30 @@ impl LinearWeight {
         if !(hostable && weights.path == MatmulPath::Host) {
             return Ok(loaded);
         }
+        // The default arithmetic fuses each multiply-add; MLX's sums its
+        // quantized kernel in bf16 and its bf16 gemm in f32.
+        let mlx = host::arithmetic() == host::Arithmetic::Mlx;
         let (values, dtype, sum) = match loaded {
             LinearWeight::Quantized(q) => (
                 dequantize(&q.weight, &q.scales, &q.biases, q.group_size, q.bits)?,
                 q.scales.dtype(),
-                match host::arithmetic() {
-                    host::Arithmetic::Mlx => ColumnSum::Bf16,
-                    host::Arithmetic::F32 => ColumnSum::F32,
+                if mlx {
+                    ColumnSum::Bf16
+                } else {
+                    ColumnSum::Fused
                 },
             ),
             LinearWeight::Dense(w) => {
                 let dtype = w.dtype();
-                (w, dtype, ColumnSum::F32)
+                (
+                    w,
+                    dtype,
+                    if mlx {
+                        ColumnSum::F32
+                    } else {
+                        ColumnSum::Fused
+                    },
+                )
             }
             host => return Ok(host),
         };
