@@ -58,6 +58,9 @@ pub(crate) struct Decoding<'a, 'p> {
     /// the verify is causal and row-invariant: its first positions do not
     /// depend on the ones after them.
     pub whole_blocks: bool,
+    /// The adaptive block starts at half the drafter's block instead of a
+    /// whole one (`Engine::set_half_first_block`).
+    pub half_first_block: bool,
     /// Chat prompts: whether the output starts inside a think block
     /// (`reasoning::starts_inside`); None for a text prompt, whose output
     /// is all answer.
@@ -120,10 +123,10 @@ impl Decoding<'_, '_> {
         if let Control::Gated(gate) = &mut self.control {
             gate.begin_request(max_tokens);
         }
-        let mut blocks = self
-            .proposer
-            .as_ref()
-            .map(|p| BlockSizePolicy::new(p.max_block_size()));
+        let mut blocks = self.proposer.as_ref().map(|p| match self.half_first_block {
+            true => BlockSizePolicy::starting_at(p.max_block_size(), p.max_block_size() / 2),
+            false => BlockSizePolicy::new(p.max_block_size()),
+        });
         let go_on = sink.begin(&Begin {
             prompt_tokens: prompt.len(),
         });

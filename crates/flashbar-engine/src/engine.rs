@@ -26,6 +26,10 @@ pub struct Engine {
     /// answer too (`decoding::Decoding::whole_blocks`): on where decode and
     /// verify run on the row-invariant GPU kernels.
     whole_blocks: AtomicBool,
+    /// The adaptive block starts at half the drafter's block
+    /// (`decoding::Decoding::half_first_block`): on where a verify costs in
+    /// proportion to its rows (the CPU).
+    half_first_block: AtomicBool,
 }
 
 impl Engine {
@@ -79,6 +83,7 @@ impl Engine {
             gate: Mutex::new(Gate::new(GateConfig::default())),
             thermal: Mutex::new(system_source()),
             whole_blocks: AtomicBool::new(flashbar_models::nn::linear::row_kernels()),
+            half_first_block: AtomicBool::new(!flashbar_mlx::device::current().is_gpu()),
         })
     }
 
@@ -180,6 +185,7 @@ impl Engine {
             thermal: thermal.as_mut(),
             block_size: request.block_size,
             whole_blocks: self.whole_blocks.load(Ordering::Relaxed),
+            half_first_block: self.half_first_block.load(Ordering::Relaxed),
             thinking,
         }
         .generate(&prompt, max_tokens, request, sink);
@@ -202,6 +208,16 @@ impl Engine {
     /// CPU, where each verified token costs time. Lossless either way.
     pub fn set_whole_blocks(&self, on: bool) {
         self.whole_blocks.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether an answer's adaptive block starts at half the drafter's block
+    /// rather than a whole one. On by default on the CPU, where a verify
+    /// costs in proportion to its rows and an answer's first rounds often
+    /// accept little (docs/acceptance.md, "Fixed blocks of 16 against the
+    /// adapted block size, on the CPU"); off on a GPU, where a wide verify
+    /// costs what a narrow one does. Lossless either way.
+    pub fn set_half_first_block(&self, on: bool) {
+        self.half_first_block.store(on, Ordering::Relaxed);
     }
 
     /// Replaces where the thermal state is read from (tests script it).

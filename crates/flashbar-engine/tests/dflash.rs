@@ -223,6 +223,8 @@ fn dflash_rounds(recorder: &Recorder) -> Vec<&RoundStats> {
 #[test]
 fn right_drafts_are_all_accepted_and_wrong_ones_cut_the_block() {
     let engine = pair("dense-mlx-4bit", "drafter-dense-f32");
+    // Every round below is counted from a whole first block.
+    engine.set_half_first_block(false);
     for temperature in [0.0, 0.8] {
         let mut plain_request = request("def fib(n):", Speculation::Off, temperature);
         plain_request.max_tokens = 40;
@@ -277,6 +279,33 @@ fn right_drafts_are_all_accepted_and_wrong_ones_cut_the_block() {
     }
 }
 
+/// On the CPU an answer's adaptive block starts at half the drafter's
+/// block (a verify there costs in proportion to its rows) and grows back
+/// to the whole block as whole blocks are accepted; the tokens are plain
+/// decoding's either way.
+#[test]
+fn on_the_cpu_the_first_block_is_half_and_grows_back() {
+    let engine = pair("dense-mlx-4bit", "drafter-dense-f32");
+    let mut r = request("def fib(n):", Speculation::Off, 0.0);
+    r.max_tokens = 40;
+    let (plain, _) = run(&engine, &r);
+    let mut oracle = Oracle {
+        taps: vec![0, 3],
+        expected: plain.token_ids.clone(),
+        wrong_at: None,
+        block: 16,
+    };
+    let (fast, rec) = with_oracle(&engine, &r, &mut oracle);
+    assert_eq!(fast.token_ids, plain.token_ids);
+    let blocks: Vec<usize> = dflash_rounds(&rec).iter().map(|r| r.block_size).collect();
+    assert_eq!(blocks[0], 8, "{blocks:?}");
+    assert!(blocks.contains(&16), "{blocks:?}");
+    engine.set_half_first_block(false);
+    let (fast, rec) = with_oracle(&engine, &r, &mut oracle);
+    assert_eq!(fast.token_ids, plain.token_ids);
+    assert_eq!(dflash_rounds(&rec)[0].block_size, 16);
+}
+
 #[test]
 fn max_tokens_and_stop_sequences_inside_a_block_truncate_before_commit() {
     let engine = pair("dense-mlx-4bit", "drafter-dense-f32");
@@ -318,6 +347,7 @@ fn max_tokens_and_stop_sequences_inside_a_block_truncate_before_commit() {
 fn whole_blocks_near_the_end_commit_only_what_the_budget_allows() {
     let engine = pair("dense-mlx-4bit", "drafter-dense-f32");
     engine.set_whole_blocks(true);
+    engine.set_half_first_block(false);
     let mut long = request("def fib(n):", Speculation::Off, 0.0);
     long.max_tokens = 40;
     let (plain, _) = run(&engine, &long);

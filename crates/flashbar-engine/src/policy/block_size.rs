@@ -27,6 +27,22 @@ impl BlockSizePolicy {
         }
     }
 
+    /// Starts at a block of `first` (a power of two, at most `max`) instead
+    /// of a full one: where a verify costs in proportion to its rows, as on
+    /// a CPU (docs/acceptance.md, "Fixed blocks of 16 against the adapted
+    /// block size, on the CPU"), the first rounds of an answer, which often
+    /// accept little, are then cheap; a whole accepted block still grows it
+    /// back to `max` within a few rounds.
+    pub fn starting_at(max: usize, first: usize) -> Self {
+        let max = max.max(MIN_BLOCK);
+        let first = first.clamp(MIN_BLOCK, max);
+        BlockSizePolicy {
+            max,
+            // The run [`Self::next`] maps to `first`.
+            expected_run: (first as f64 - 2.0) / 1.5,
+        }
+    }
+
     /// The block size for the next round.
     pub fn next(&self) -> usize {
         let wanted = (self.expected_run * 1.5 + 2.0).round() as usize;
@@ -57,6 +73,22 @@ mod tests {
     fn starts_at_the_drafter_block() {
         assert_eq!(BlockSizePolicy::new(16).next(), 16);
         assert_eq!(BlockSizePolicy::new(1).next(), 2);
+    }
+
+    #[test]
+    fn can_start_smaller_and_grows_to_the_drafter_block() {
+        for first in [2, 4, 8, 16] {
+            assert_eq!(BlockSizePolicy::starting_at(16, first).next(), first);
+        }
+        assert_eq!(BlockSizePolicy::starting_at(8, 16).next(), 8);
+        let mut p = BlockSizePolicy::starting_at(16, 8);
+        let mut sizes = vec![p.next()];
+        while p.next() < 16 {
+            let block = p.next();
+            p.observe(block - 1, block - 1);
+            sizes.push(p.next());
+            assert!(sizes.len() < 4, "grows slowly: {sizes:?}");
+        }
     }
 
     #[test]
