@@ -169,6 +169,18 @@ struct Oracle {
     block: usize,
 }
 
+impl Oracle {
+    /// Always right: proposes `expected`'s next tokens, from taps 0 and 3.
+    fn right(expected: &[u32], block: usize) -> Self {
+        Oracle {
+            taps: vec![0, 3],
+            expected: expected.to_vec(),
+            wrong_at: None,
+            block,
+        }
+    }
+}
+
 impl Proposer for Oracle {
     fn tap_layers(&self) -> &[usize] {
         &self.taps
@@ -289,12 +301,7 @@ fn on_the_cpu_the_first_block_is_half_and_grows_back() {
     let mut r = request("def fib(n):", Speculation::Off, 0.0);
     r.max_tokens = 40;
     let (plain, _) = run(&engine, &r);
-    let mut oracle = Oracle {
-        taps: vec![0, 3],
-        expected: plain.token_ids.clone(),
-        wrong_at: None,
-        block: 16,
-    };
+    let mut oracle = Oracle::right(&plain.token_ids, 16);
     let (fast, rec) = with_oracle(&engine, &r, &mut oracle);
     assert_eq!(fast.token_ids, plain.token_ids);
     let blocks: Vec<usize> = dflash_rounds(&rec).iter().map(|r| r.block_size).collect();
@@ -312,12 +319,7 @@ fn max_tokens_and_stop_sequences_inside_a_block_truncate_before_commit() {
     let mut long = request("def fib(n):", Speculation::Off, 0.0);
     long.max_tokens = 40;
     let (plain, _) = run(&engine, &long);
-    let oracle = |block| Oracle {
-        taps: vec![0, 3],
-        expected: plain.token_ids.clone(),
-        wrong_at: None,
-        block,
-    };
+    let oracle = |block| Oracle::right(&plain.token_ids, block);
     for max_tokens in [1, 2, 10, 17] {
         let mut r = long.clone();
         r.max_tokens = max_tokens;
@@ -355,12 +357,7 @@ fn whole_blocks_near_the_end_commit_only_what_the_budget_allows() {
     for max_tokens in [1, 2, 10, 17, 20] {
         let mut r = long.clone();
         r.max_tokens = max_tokens;
-        let mut oracle = Oracle {
-            taps: vec![0, 3],
-            expected: plain.token_ids.clone(),
-            wrong_at: None,
-            block: 16,
-        };
+        let mut oracle = Oracle::right(&plain.token_ids, 16);
         let (fast, rec) = with_oracle(&engine, &r, &mut oracle);
         assert_eq!(fast.token_ids, plain.token_ids[..max_tokens]);
         assert_eq!(fast.finish_reason, FinishReason::Length);
@@ -425,12 +422,7 @@ fn eos_inside_a_block_ends_the_generation_there() {
         c["eos_token_id"] = serde_json::json!([2, eos]);
     });
     let engine = Engine::load(&target, Some(&fixtures().join("drafter-dense-f32"))).unwrap();
-    let mut oracle = Oracle {
-        taps: vec![0, 3],
-        expected: plain.token_ids.clone(),
-        wrong_at: None,
-        block: 16,
-    };
+    let mut oracle = Oracle::right(&plain.token_ids, 16);
     let (fast, rec) = with_oracle(&engine, &long, &mut oracle);
     assert_eq!(fast.finish_reason, FinishReason::Stop);
     assert_eq!(fast.token_ids, plain.token_ids[..first]);
