@@ -16,6 +16,7 @@ use crate::config::ModelConfig;
 use crate::dflash_config::DrafterConfig;
 mod host;
 use crate::error::{ModelError, Result};
+use crate::nn::host::HostKv;
 use crate::nn::linear::{row_kernels, Fused, Linear, MatmulPath, Weights};
 use crate::nn::mlp::Mlp;
 use crate::Model;
@@ -64,10 +65,39 @@ pub(crate) struct DraftAttention {
 
 /// One layer's context keys/values `[B, kv_heads, rows, head_dim]`; the rows
 /// are the most recent context positions (all of them, or a window's tail).
+/// On the CPU's host path they are kept in `host` instead, read in place
+/// (docs/cpu.md, "Host caches"); a forward on the other path moves them.
 #[derive(Clone, Default)]
 pub(crate) struct ContextKv {
     pub(crate) keys: Option<Array>,
     pub(crate) values: Option<Array>,
+    pub(crate) host: Option<HostKv>,
+}
+
+impl ContextKv {
+    /// The host cache, made from the arrays if they held the context.
+    pub(crate) fn host(&mut self, kv_heads: usize, d: usize) -> Result<&mut HostKv> {
+        if self.host.is_none() {
+            let kv = match (self.keys.take(), self.values.take()) {
+                (Some(k), Some(v)) => HostKv::of(&k, &v)?,
+                _ => HostKv::new(kv_heads, d),
+            };
+            self.host = Some(kv);
+        }
+        Ok(self.host.as_mut().expect("set just above"))
+    }
+
+    /// The context as arrays again, for MLX's ops.
+    fn move_to_arrays(&mut self) -> Result<()> {
+        if let Some(host) = self.host.take() {
+            if !host.is_empty() {
+                let (k, v) = host.arrays()?;
+                self.keys = Some(k);
+                self.values = Some(v);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The drafter's context cache: what it has seen of the committed sequence.
@@ -250,6 +280,7 @@ impl DraftAttention {
         kv: &mut ContextKv,
         config: &DrafterConfig,
     ) -> Result<Array> {
+        kv.move_to_arrays()?;
         let (b, l) = (x.shape()[0], x.shape()[1]);
         let mut context = context.clone();
         let mut context_start = start;

@@ -435,11 +435,10 @@ pub struct Verified {
 pub fn cache_arrays(cache: &[LayerCache]) -> Vec<&Array> {
     let mut out = Vec::new();
     for layer in cache {
-        let (a, b) = match layer {
-            LayerCache::Gdn(s) => (&s.conv, &s.ssm),
-            LayerCache::Kv(kv) => (&kv.keys, &kv.values),
-        };
-        out.extend(a.iter().chain(b.iter()));
+        match layer {
+            LayerCache::Gdn(s) => out.extend(s.conv.iter().chain(s.ssm.iter())),
+            LayerCache::Kv(kv) => out.extend(kv.arrays()),
+        }
     }
     out
 }

@@ -240,11 +240,14 @@ fn refuses_a_drafter_that_does_not_fit_with_the_reason() {
 fn snapshot(cache: &[LayerCache]) -> Vec<Vec<f32>> {
     let mut out = Vec::new();
     for layer in cache {
-        let arrays: Vec<&Array> = match layer {
-            LayerCache::Gdn(s) => vec![s.conv.as_ref().unwrap(), s.ssm.as_ref().unwrap()],
-            LayerCache::Kv(kv) => vec![kv.keys.as_ref().unwrap(), kv.values.as_ref().unwrap()],
+        let arrays: Vec<Array> = match layer {
+            LayerCache::Gdn(s) => vec![s.conv.clone().unwrap(), s.ssm.clone().unwrap()],
+            LayerCache::Kv(kv) => {
+                let (keys, values) = kv.keys_values().unwrap().unwrap();
+                vec![keys, values]
+            }
         };
-        out.extend(arrays.into_iter().map(host_f32));
+        out.extend(arrays.iter().map(host_f32));
     }
     out
 }

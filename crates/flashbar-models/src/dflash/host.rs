@@ -133,17 +133,6 @@ fn unexpected(what: &str) -> crate::error::ModelError {
     mlx_rs::error::Exception::custom(format!("the host drafter got {what} of another type")).into()
 }
 
-/// `[heads, a, d]` rows followed, per head, by `[heads, b, d]` rows.
-fn join(first: &[f32], second: &[f32], heads: usize) -> Vec<f32> {
-    let (a, b) = (first.len() / heads, second.len() / heads);
-    let mut out = Vec::with_capacity(first.len() + second.len());
-    for h in 0..heads {
-        out.extend_from_slice(&first[h * a..(h + 1) * a]);
-        out.extend_from_slice(&second[h * b..(h + 1) * b]);
-    }
-    out
-}
-
 impl DraftAttention {
     /// [`DraftAttention::forward`] on the host (no window, no mask): `x` the
     /// block `[1, L, hidden]`, `context` S new committed positions from
@@ -184,20 +173,17 @@ impl DraftAttention {
         let mut new_keys = by_heads(&k[..s * kw], s, kv_heads, d);
         head.keys(&mut new_keys, s, d, start);
         let new_values = by_heads(&v[..s * kw], s, kv_heads, d);
-        let old = |a: &Option<Array>| a.as_ref().map(host_f32).transpose();
-        let (old_keys, old_values) = (old(&kv.keys)?, old(&kv.values)?);
-        let ctx_keys = join(&old_keys.unwrap_or_default(), &new_keys, kv_heads);
-        let ctx_values = join(&old_values.unwrap_or_default(), &new_values, kv_heads);
-        let ctx_len = ctx_keys.len() / kw;
-        let keys = join(&ctx_keys, &block_keys, kv_heads);
-        let values = join(&ctx_values, &block_values, kv_heads);
+        // The context grows by its new rows; the block's rows are put after
+        // them for this attention only.
+        let cache = kv.host(kv_heads, d)?;
+        cache.append(&new_keys, &new_values);
+        let ctx_len = cache.len();
+        cache.append(&block_keys, &block_values);
         let mut out = vec![0f32; heads * l * d];
         let dims = (heads, kv_heads, l, ctx_len + l, d);
         let scale = (d as f32).powf(-0.5);
-        host::full_attention(&queries, &keys, &values, dims, scale, &mut out);
-        let cached = [1, kv_heads as i32, ctx_len as i32, d as i32];
-        kv.keys = Some(host::from_f32(&ctx_keys, &cached, Dtype::Bfloat16)?);
-        kv.values = Some(host::from_f32(&ctx_values, &cached, Dtype::Bfloat16)?);
+        host::full_attention(&queries, cache.rows(), dims, scale, &mut out);
+        cache.truncate(ctx_len);
         // [heads, L, d] to [1, L, heads * d].
         let mut by_rows = vec![0f32; out.len()];
         for h in 0..heads {

@@ -3,7 +3,8 @@
 
 use crate::config::{Rope, TextConfig};
 use crate::error::Result;
-use crate::nn::attention_host::{self, HostAttention};
+use crate::nn::attention_host::HostAttention;
+use crate::nn::host::HostKv;
 use crate::nn::linear::{row_kernels, Fused, Linear, Onto, Weights};
 use crate::nn::{fused, host};
 use flashbar_mlx::row_invariant;
@@ -12,17 +13,24 @@ use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{concatenate, split_equal};
 use mlx_rs::Array;
 
-/// Keys and values of the tokens seen so far: `[B, kv_heads, T, head_dim]`.
+/// Keys and values of the tokens seen so far: MLX arrays `[B, kv_heads,
+/// T, head_dim]`, or on the CPU's host path a [`HostKv`] read in place
+/// (docs/cpu.md, "Host caches"). One of the two holds the cache; a forward
+/// that takes the other path moves it over first.
 #[derive(Clone, Default)]
 pub struct KvCache {
-    pub keys: Option<Array>,
-    pub values: Option<Array>,
+    keys: Option<Array>,
+    values: Option<Array>,
+    host: Option<HostKv>,
 }
 
 impl KvCache {
     /// Tokens cached so far (the RoPE offset of the next one).
     pub fn len(&self) -> i32 {
-        self.keys.as_ref().map_or(0, |k| k.shape()[2])
+        match &self.host {
+            Some(host) => host.len() as i32,
+            None => self.keys.as_ref().map_or(0, |k| k.shape()[2]),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -32,27 +40,49 @@ impl KvCache {
     /// Drops the last `count` positions (a rejected part of a verified block).
     pub fn trim(&mut self, count: i32) {
         let keep = (self.len() - count).max(0);
+        if let Some(host) = &mut self.host {
+            host.truncate(keep as usize);
+        }
         let cut = |a: &Array| a.index((.., .., ..keep, ..));
         self.keys = self.keys.as_ref().map(cut);
         self.values = self.values.as_ref().map(cut);
     }
 
-    /// [`Self::append`] on the host (the CPU path): the grown cache as host
-    /// arrays, the same values MLX's concatenate gives.
-    fn append_host(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
-        let (keys, values) = match (&self.keys, &self.values) {
-            (Some(k), Some(v)) => (
-                attention_host::append(k, &keys)?,
-                attention_host::append(v, &values)?,
-            ),
-            _ => (keys, values),
-        };
-        self.keys = Some(keys.clone());
-        self.values = Some(values.clone());
-        Ok((keys, values))
+    /// The MLX arrays it holds (none on the host path): what evaluating
+    /// the cache must evaluate.
+    pub fn arrays(&self) -> impl Iterator<Item = &Array> {
+        self.keys.iter().chain(self.values.iter())
     }
 
+    /// Keys and values `[1, kv_heads, T, head_dim]` whichever path holds
+    /// them (None when empty).
+    pub fn keys_values(&self) -> Result<Option<(Array, Array)>> {
+        Ok(match (&self.host, &self.keys, &self.values) {
+            (Some(host), ..) => Some(host.arrays()?),
+            (None, Some(k), Some(v)) => Some((k.clone(), v.clone())),
+            _ => None,
+        })
+    }
+
+    /// The host cache, made from the arrays if they held it.
+    fn host(&mut self, kv_heads: usize, d: usize) -> Result<&mut HostKv> {
+        if self.host.is_none() {
+            let kv = match (self.keys.take(), self.values.take()) {
+                (Some(k), Some(v)) => HostKv::of(&k, &v)?,
+                _ => HostKv::new(kv_heads, d),
+            };
+            self.host = Some(kv);
+        }
+        Ok(self.host.as_mut().expect("set just above"))
+    }
+
+    /// `keys`, `values` appended along the positions by MLX's concatenate.
     fn append(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
+        if let Some(host) = self.host.take() {
+            let (k, v) = host.arrays()?;
+            self.keys = Some(k);
+            self.values = Some(v);
+        }
         let (keys, values) = match (&self.keys, &self.values) {
             (Some(k), Some(v)) => (concatenate(&[k, &keys], 2)?, concatenate(&[v, &values], 2)?),
             _ => (keys, values),
@@ -141,8 +171,13 @@ impl Attention {
             let parts = [&qkv[0], &qkv[1], &qkv[2]];
             let heads = self.num_heads as usize;
             if let Some((q, k, v)) = head.project(parts, heads, d, cache.len())? {
-                let (keys, values) = cache.append_host(k, v)?;
-                let out = host::causal_attention(&q, &keys, &values, scale, self.arithmetic)?;
+                let kv_heads = self.num_kv_heads as usize;
+                let kv = cache.host(kv_heads, d)?;
+                kv.append(&k, &v);
+                let dims = (heads, kv_heads, l as usize, kv.len(), d);
+                let out = host::cached_attention(&q, kv.rows(), dims, scale, self.arithmetic, true);
+                let shape = [1, self.num_heads, l, self.head_dim];
+                let out = host::from_f32(&out, &shape, mlx_rs::Dtype::Bfloat16)?;
                 return self.gate_and_project(&out, &qkv[0], residual);
             }
         }

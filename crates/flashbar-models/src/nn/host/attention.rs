@@ -51,6 +51,41 @@ pub fn mlx_exp(x: f32) -> f32 {
     two_to_i * p
 }
 
+/// Keys and values `[kv_heads, stride, d]`, of which each head's first
+/// `total` positions are read (`total` from the kernel's dims): a cache
+/// with room to grow ([`HostKv`]), or packed rows (`stride == total`).
+/// f32 or bf16 (which widens exactly: the same sums either way).
+pub struct KvRows<'a, K> {
+    pub keys: &'a [K],
+    pub values: &'a [K],
+    pub stride: usize,
+}
+
+impl<K> Clone for KvRows<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for KvRows<'_, K> {}
+
+impl<'a, K> KvRows<'a, K> {
+    /// Rows `[kv_heads, total, d]` with no room between the heads.
+    pub fn packed(keys: &'a [K], values: &'a [K], total: usize) -> Self {
+        KvRows {
+            keys,
+            values,
+            stride: total,
+        }
+    }
+
+    /// Head `kv`'s keys and values from its first position on.
+    fn head(&self, kv: usize, d: usize) -> (&'a [K], &'a [K]) {
+        let at = kv * self.stride * d;
+        (&self.keys[at..], &self.values[at..])
+    }
+}
+
 /// Causal attention for bf16 inputs as MLX's CPU
 /// `scaled_dot_product_attention` computes it (docs/cpu.md, "Parity with
 /// mlx-lm"), per query: q times the scale (both bf16) rounded to bf16; each
@@ -59,10 +94,9 @@ pub fn mlx_exp(x: f32) -> f32 {
 /// weight rounded to bf16); each output an f32 sum of weight times value in
 /// position order, rounded to bf16. Masked positions weigh exactly 0 there,
 /// so leaving them out changes no bit. Shapes as in [`attention`].
-pub fn attention_bf16(
+pub fn attention_bf16<K: HostWeight>(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    kv: KvRows<'_, K>,
     (heads, kv_heads, len, total, d): (usize, usize, usize, usize, usize),
     scale: f32,
     out: &mut [f32],
@@ -70,17 +104,16 @@ pub fn attention_bf16(
     let dims = (heads, kv_heads, len, total, d);
     let scale = round_bf16(scale);
     each_query(out, d, heads * len * total * d, |index, row| {
-        query_bf16(q, k, v, dims, scale, index, row)
+        query_bf16(q, kv, dims, scale, index, row)
     });
 }
 
 vectorized! {
     /// Query `index` of [`attention_bf16`] into `out` (`d` wide); `scale`
     /// already rounded to bf16.
-    fn query_bf16(
+    fn query_bf16<K: HostWeight>(
         q: &[f32],
-        k: &[f32],
-        v: &[f32],
+        kv: KvRows<'_, K>,
         dims: (usize, usize, usize, usize, usize),
         scale: f32,
         index: usize,
@@ -88,14 +121,12 @@ vectorized! {
     ) {
         let (heads, kv_heads, len, total, d) = dims;
         let (h, l) = (index / len, index % len);
-        let kv = h / (heads / kv_heads);
         let query: Vec<f32> = q[index * d..(index + 1) * d]
             .iter()
             .map(|x| round_bf16(x * scale))
             .collect();
         let visible = total - len + l + 1;
-        let keys = &k[kv * total * d..];
-        let values = &v[kv * total * d..];
+        let (keys, values) = kv.head(h / (heads / kv_heads), d);
         let scores: Vec<f32> = (0..visible)
             .map(|s| round_bf16(sequential_dot(&query, &keys[s * d..(s + 1) * d])))
             .collect();
@@ -109,7 +140,7 @@ vectorized! {
         for (s, score) in scores.iter().enumerate() {
             let weight = round_bf16(mlx_exp(score - max) * inverse);
             for (o, value) in out.iter_mut().zip(&values[s * d..(s + 1) * d]) {
-                *o += weight * value;
+                *o += weight * value.widen();
             }
         }
         for o in out.iter_mut() {
@@ -118,51 +149,49 @@ vectorized! {
     }
 }
 
-/// Causal attention of `q` `[heads, len, d]` over `k`, `v` `[kv_heads,
-/// total, d]` (the last `len` positions of `total` are the queries'),
-/// grouped heads (head h reads kv head h / (heads / kv_heads)).
+/// Causal attention of `q` `[heads, len, d]` over `kv`'s first `total`
+/// positions (the last `len` of them are the queries'), grouped heads
+/// (head h reads kv head h / (heads / kv_heads)).
 /// Per query: scores `scale * q.k` by [`dot`], softmax with the max
 /// subtracted, and the weighted sum of values in position order: what one
 /// query computes does not depend on how many came with it.
-pub fn attention(
+pub fn attention<K: HostWeight>(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    kv: KvRows<'_, K>,
     (heads, kv_heads, len, total, d): (usize, usize, usize, usize, usize),
     scale: f32,
     out: &mut [f32],
 ) {
     let dims = (heads, kv_heads, len, total, d);
     each_query(out, d, heads * len * total * d, |index, row| {
-        query_f32(q, k, v, dims, scale, (index, true), row)
+        query_f32(q, kv, dims, scale, (index, true), row)
     });
 }
 
 /// [`attention`] without a mask: every query sees all `total` keys (the
 /// DFlash drafter's block, which attends to its context and to the whole
 /// block, docs/dflash.md).
-pub fn full_attention(
+pub fn full_attention<K: HostWeight>(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    kv: KvRows<'_, K>,
     (heads, kv_heads, len, total, d): (usize, usize, usize, usize, usize),
     scale: f32,
     out: &mut [f32],
 ) {
     let dims = (heads, kv_heads, len, total, d);
     each_query(out, d, heads * len * total * d, |index, row| {
-        query_f32(q, k, v, dims, scale, (index, false), row)
+        query_f32(q, kv, dims, scale, (index, false), row)
     });
 }
 
 vectorized! {
     /// Query `at.0` of [`attention`] (or of [`full_attention`]: `at.1`,
-    /// causal, false) into `out` (`d` wide). Its scores four keys at a time ([`dot4`]: each its own [`dot`]'s bits, the
-    /// products commuting), so a query's keys share the loop.
-    fn query_f32(
+    /// causal, false) into `out` (`d` wide). Its scores four keys at a
+    /// time ([`dot4`]: each its own [`dot`]'s bits, the products
+    /// commuting), so a query's keys share the loop.
+    fn query_f32<K: HostWeight>(
         q: &[f32],
-        k: &[f32],
-        v: &[f32],
+        kv: KvRows<'_, K>,
         dims: (usize, usize, usize, usize, usize),
         scale: f32,
         at: (usize, bool),
@@ -170,11 +199,9 @@ vectorized! {
     ) {
         let ((heads, kv_heads, len, total, d), (index, causal)) = (dims, at);
         let (h, l) = (index / len, index % len);
-        let kv = h / (heads / kv_heads);
         let query = &q[index * d..(index + 1) * d];
         let visible = if causal { total - len + l + 1 } else { total };
-        let keys = &k[kv * total * d..];
-        let values = &v[kv * total * d..];
+        let (keys, values) = kv.head(h / (heads / kv_heads), d);
         let key = |s: usize| &keys[s * d..(s + 1) * d];
         let mut scores = vec![0f32; visible];
         let mut s = 0;
@@ -197,7 +224,7 @@ vectorized! {
         out.fill(0.0);
         for (s, weight) in scores.iter().enumerate() {
             for (o, value) in out.iter_mut().zip(&values[s * d..(s + 1) * d]) {
-                *o += weight * value;
+                *o += weight * value.widen();
             }
         }
         for o in out.iter_mut() {

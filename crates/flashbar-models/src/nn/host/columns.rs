@@ -109,6 +109,9 @@ pub(super) fn columns_range(
     out: &mut [f32],
     kernels: Simd,
 ) {
+    // The kernels place a panel's columns at `panel * PANEL - c0`: another
+    // start would wrap that offset (in release) past their bounds checks.
+    assert!(c0.is_multiple_of(PANEL), "column block at {c0}");
     let rows = x.len() / k;
     let width = c1 - c0;
     #[cfg(target_arch = "x86_64")]

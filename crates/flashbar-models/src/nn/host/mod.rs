@@ -30,15 +30,15 @@ use mlx_rs::{Array, Dtype};
 /// elementwise or summed in a fixed order, so both give the same bits
 /// (docs/cpu.md, "Host ops").
 macro_rules! vectorized {
-    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident $(<$($g:ident: $bound:path),*>)? ($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$meta])*
-        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+        $vis fn $name $(<$($g: $bound),*>)? ($($arg: $ty),*) $(-> $ret)? {
             #[inline(always)]
-            fn body($($arg: $ty),*) $(-> $ret)? $body
+            fn body $(<$($g: $bound),*>)? ($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx2,fma")]
-                unsafe fn wide($($arg: $ty),*) $(-> $ret)? {
+                unsafe fn wide $(<$($g: $bound),*>)? ($($arg: $ty),*) $(-> $ret)? {
                     body($($arg),*)
                 }
                 if $crate::nn::host::avx2_fma() {
@@ -66,6 +66,7 @@ mod columns;
 #[cfg(target_arch = "x86_64")]
 mod columns_x86;
 mod gates;
+mod kv;
 mod ops;
 pub mod pool;
 mod rows;
@@ -77,6 +78,7 @@ mod tests;
 pub use attention::*;
 pub use columns::*;
 pub use gates::{attention_gate, gated_norm};
+pub use kv::HostKv;
 pub use ops::{add, norm_rows, rms_norm, sigmoid, silu, swiglu, takes, zip_with, HostVector};
 pub use rows::*;
 
@@ -367,11 +369,35 @@ pub fn causal_attention(
         qs[3] as usize,
     );
     let (qh, kh, vh) = (host_f32(q)?, host_f32(k)?, host_f32(v)?);
-    let mut out = vec![0f32; qh.len()];
-    if arithmetic == Arithmetic::Mlx && [q, k, v].iter().all(|a| a.dtype() == Dtype::Bfloat16) {
-        attention_bf16(&qh, &kh, &vh, dims, scale, &mut out);
-    } else {
-        attention(&qh, &kh, &vh, dims, scale, &mut out);
-    }
+    let bf16 = [q, k, v].iter().all(|a| a.dtype() == Dtype::Bfloat16);
+    let out = cached_attention(
+        &qh,
+        KvRows::packed(&kh, &vh, dims.3),
+        dims,
+        scale,
+        arithmetic,
+        bf16,
+    );
     from_f32(&out, qs, q.dtype())
+}
+
+/// [`causal_attention`] of host queries `q` `[heads, len, d]` over `kv`
+/// (a [`HostKv`]'s rows, or packed ones), `bf16` when the model computes
+/// in bf16 (then [`Arithmetic::Mlx`] takes [`attention_bf16`]); returns
+/// `[heads, len, d]` unrounded.
+pub fn cached_attention<K: HostWeight>(
+    q: &[f32],
+    kv: KvRows<'_, K>,
+    dims: (usize, usize, usize, usize, usize),
+    scale: f32,
+    arithmetic: Arithmetic,
+    bf16: bool,
+) -> Vec<f32> {
+    let mut out = vec![0f32; q.len()];
+    if arithmetic == Arithmetic::Mlx && bf16 {
+        attention_bf16(q, kv, dims, scale, &mut out);
+    } else {
+        attention(q, kv, dims, scale, &mut out);
+    }
+    out
 }

@@ -36,7 +36,7 @@ impl Weight for bf16 {
 /// `sum_i a[i] b[i]` in a fixed order (16 lanes, then a fixed tree, then
 /// the tail in order).
 #[inline(always)]
-pub(super) fn dot_lanes<W: Weight>(a: &[f32], b: &[W]) -> f32 {
+pub(super) fn dot_lanes<X: Weight, W: Weight>(a: &[X], b: &[W]) -> f32 {
     let mut acc = [0f32; LANES];
     let whole = a.len() / LANES * LANES;
     for (x, y) in a[..whole]
@@ -44,7 +44,7 @@ pub(super) fn dot_lanes<W: Weight>(a: &[f32], b: &[W]) -> f32 {
         .zip(b[..whole].chunks_exact(LANES))
     {
         for l in 0..LANES {
-            acc[l] += x[l] * y[l].widen();
+            acc[l] += x[l].widen() * y[l].widen();
         }
     }
     fold_lanes(acc, &a[whole..], &b[whole..])
@@ -52,14 +52,14 @@ pub(super) fn dot_lanes<W: Weight>(a: &[f32], b: &[W]) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn dot_avx2<W: Weight>(a: &[f32], b: &[W]) -> f32 {
+pub(super) unsafe fn dot_avx2<X: Weight, W: Weight>(a: &[X], b: &[W]) -> f32 {
     dot_lanes(a, b)
 }
 
 /// [`dot_lanes`], compiled for AVX2 where the CPU has it: the same
 /// operations in the same order, so the same bits, only wider registers.
 #[inline]
-pub fn dot<W: Weight>(a: &[f32], b: &[W]) -> f32 {
+pub fn dot<X: Weight, W: Weight>(a: &[X], b: &[W]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
     {
@@ -74,7 +74,11 @@ pub fn dot<W: Weight>(a: &[f32], b: &[W]) -> f32 {
 /// Folds 16 lane sums in [`dot_lanes`]'s fixed tree and adds the tail
 /// (`x[whole..] . w[whole..]`) in order.
 #[inline(always)]
-pub(super) fn fold_lanes<W: Weight>(mut acc: [f32; LANES], x_tail: &[f32], w_tail: &[W]) -> f32 {
+pub(super) fn fold_lanes<X: Weight, W: Weight>(
+    mut acc: [f32; LANES],
+    x_tail: &[X],
+    w_tail: &[W],
+) -> f32 {
     let mut width = LANES / 2;
     while width > 0 {
         for l in 0..width {
@@ -84,7 +88,7 @@ pub(super) fn fold_lanes<W: Weight>(mut acc: [f32; LANES], x_tail: &[f32], w_tai
     }
     let mut sum = acc[0];
     for (x, y) in x_tail.iter().zip(w_tail) {
-        sum += x * y.widen();
+        sum += x.widen() * y.widen();
     }
     sum
 }
@@ -120,10 +124,15 @@ impl Load8 for bf16 {
 /// never fused), the same fold. The four rows share each load of `w` and
 /// keep eight chains of additions in flight instead of two, so a verify's
 /// rows cost what the multiplies cost, not what one chain's latency does.
+///
+/// # Safety
+/// AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn dot4_avx2<W: Load8>(xs: [&[f32]; 4], w: &[W]) -> [f32; 4] {
+pub(super) unsafe fn dot4_avx2<X: Load8, W: Load8>(xs: [&[X]; 4], w: &[W]) -> [f32; 4] {
     use std::arch::x86_64::*;
+    // Every row is read as far as `w`.
+    assert!(xs.iter().all(|x| x.len() >= w.len()));
     let whole = w.len() / LANES * LANES;
     let mut lo = [_mm256_setzero_ps(); 4];
     let mut hi = [_mm256_setzero_ps(); 4];
@@ -133,8 +142,8 @@ pub(super) unsafe fn dot4_avx2<W: Load8>(xs: [&[f32]; 4], w: &[W]) -> [f32; 4] {
         let w1 = W::load8(w.as_ptr().add(i + 8));
         for r in 0..4 {
             let p = xs[r].as_ptr().add(i);
-            lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(_mm256_loadu_ps(p), w0));
-            hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(_mm256_loadu_ps(p.add(8)), w1));
+            lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(X::load8(p), w0));
+            hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(X::load8(p.add(8)), w1));
         }
         i += LANES;
     }
@@ -162,7 +171,7 @@ impl<W: Weight> HostWeight for W {}
 /// Four rows' [`dot`]s with `w`: together where the CPU has AVX2, one by
 /// one elsewhere; the same bits either way.
 #[inline]
-pub(super) fn dot4<W: HostWeight>(xs: [&[f32]; 4], w: &[W]) -> [f32; 4] {
+pub(super) fn dot4<X: HostWeight, W: HostWeight>(xs: [&[X]; 4], w: &[W]) -> [f32; 4] {
     #[cfg(target_arch = "x86_64")]
     {
         if std::is_x86_feature_detected!("avx2") && xs.iter().all(|x| x.len() == w.len()) {
@@ -240,10 +249,10 @@ pub fn matmul_nt<W: HostWeight>(x: &[f32], w: &[W], k: usize, out: &mut [f32]) {
 /// before it is added: what MLX's CPU reductions and its bf16 gemm compute
 /// (docs/cpu.md, "Parity with mlx-lm").
 #[inline]
-pub fn sequential_dot(a: &[f32], b: &[f32]) -> f32 {
+pub fn sequential_dot<W: Weight>(a: &[f32], b: &[W]) -> f32 {
     let mut sum = 0f32;
     for (x, y) in a.iter().zip(b) {
-        sum += x * y;
+        sum += x * y.widen();
     }
     sum
 }

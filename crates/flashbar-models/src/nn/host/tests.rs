@@ -211,7 +211,7 @@ fn bf16_attention_is_mlx_s_and_row_invariant() {
     let len = 16;
     let q = bf16_values(heads * len * d, 1.0, 1.0);
     let dims = (heads, kv_heads, len, total, d);
-    let (block, lone) = block_and_lone(attention_bf16, &q, &host(&k), &host(&v), dims);
+    let (block, lone) = block_and_lone(attention_bf16::<f32>, &q, &host(&k), &host(&v), dims);
     for (l, (_, lone)) in lone.iter().enumerate() {
         for h in 0..heads {
             assert_eq!(
@@ -223,7 +223,7 @@ fn bf16_attention_is_mlx_s_and_row_invariant() {
 }
 
 type AttentionKernel =
-    fn(&[f32], &[f32], &[f32], (usize, usize, usize, usize, usize), f32, &mut [f32]);
+    fn(&[f32], KvRows<'_, f32>, (usize, usize, usize, usize, usize), f32, &mut [f32]);
 /// A query alone and its output.
 type Lone = (Vec<f32>, Vec<f32>);
 
@@ -238,7 +238,8 @@ fn block_and_lone(
     (heads, kv_heads, len, total, d): (usize, usize, usize, usize, usize),
 ) -> (Vec<f32>, Vec<Lone>) {
     let mut block = vec![0f32; q.len()];
-    kernel(q, k, v, (heads, kv_heads, len, total, d), 0.125, &mut block);
+    let dims = (heads, kv_heads, len, total, d);
+    kernel(q, KvRows::packed(k, v, total), dims, 0.125, &mut block);
     let lone = (0..len)
         .map(|l| {
             let upto = total - len + l + 1;
@@ -252,7 +253,8 @@ fn block_and_lone(
             };
             let mut out = vec![0f32; heads * d];
             let dims = (heads, kv_heads, 1, upto, d);
-            kernel(&lone_q, &cut(k), &cut(v), dims, 0.125, &mut out);
+            let (k, v) = (cut(k), cut(v));
+            kernel(&lone_q, KvRows::packed(&k, &v, upto), dims, 0.125, &mut out);
             (lone_q, out)
         })
         .collect();
@@ -385,7 +387,13 @@ fn attention_rows_do_not_depend_on_the_block() {
     let q = values(heads * len * d, 1.0);
     let k = values(kv_heads * total * d, 2.0);
     let v = values(kv_heads * total * d, 3.0);
-    let (block, lone) = block_and_lone(attention, &q, &k, &v, (heads, kv_heads, len, total, d));
+    let (block, lone) = block_and_lone(
+        attention::<f32>,
+        &q,
+        &k,
+        &v,
+        (heads, kv_heads, len, total, d),
+    );
     for (l, (lone_q, lone)) in lone.iter().enumerate() {
         // The query alone, with the keys up to its own position.
         let upto = total - len + l + 1;
@@ -518,4 +526,63 @@ fn host_gates_are_mlx_s_ops() {
             .unwrap();
         assert_eq!(bits(&ours), bits(&expected), "attention gate x{scale}");
     }
+}
+
+/// Attention read in place from a [`HostKv`] (bf16 rows with room between
+/// the heads, grown over several appends, one truncated) gives the bits of
+/// the same rows packed as f32, for the causal, the full and MLX's
+/// kernels: a host cache changes where keys live, not what is computed.
+#[test]
+fn attention_over_a_host_cache_is_attention_over_packed_rows() {
+    let (heads, kv_heads, d, len) = (6, 2, 64, 5);
+    let mut kv = HostKv::new(kv_heads, d);
+    let mut packed: Vec<(Vec<f32>, Vec<f32>)> = vec![Default::default(); kv_heads];
+    for (step, rows) in [7usize, 300, 1, 12].into_iter().enumerate() {
+        let k = bf16_values(kv_heads * rows * d, step as f32, 2.0);
+        let v = bf16_values(kv_heads * rows * d, step as f32 + 0.5, 3.0);
+        kv.append(&k, &v);
+        for (h, (pk, pv)) in packed.iter_mut().enumerate() {
+            pk.extend_from_slice(&k[h * rows * d..(h + 1) * rows * d]);
+            pv.extend_from_slice(&v[h * rows * d..(h + 1) * rows * d]);
+        }
+        if rows == 300 {
+            kv.truncate(kv.len() - 9);
+            for (pk, pv) in &mut packed {
+                pk.truncate(pk.len() - 9 * d);
+                pv.truncate(pv.len() - 9 * d);
+            }
+        }
+    }
+    let total = kv.len();
+    assert!(kv.rows().stride > total, "room kept between the heads");
+    let (pk, pv): (Vec<f32>, Vec<f32>) =
+        packed
+            .into_iter()
+            .fold((vec![], vec![]), |(mut k, mut v), (hk, hv)| {
+                k.extend(hk);
+                v.extend(hv);
+                (k, v)
+            });
+    let q = bf16_values(heads * len * d, 9.0, 1.0);
+    let dims = (heads, kv_heads, len, total, d);
+    for arithmetic in [Arithmetic::F32, Arithmetic::Mlx] {
+        let cached = cached_attention(&q, kv.rows(), dims, 0.125, arithmetic, true);
+        let flat = cached_attention(
+            &q,
+            KvRows::packed(&pk, &pv, total),
+            dims,
+            0.125,
+            arithmetic,
+            true,
+        );
+        assert_eq!(f32_bits(&cached), f32_bits(&flat), "{arithmetic:?}");
+    }
+    let (mut cached, mut flat) = (vec![0f32; q.len()], vec![0f32; q.len()]);
+    full_attention(&q, kv.rows(), dims, 0.125, &mut cached);
+    full_attention(&q, KvRows::packed(&pk, &pv, total), dims, 0.125, &mut flat);
+    assert_eq!(f32_bits(&cached), f32_bits(&flat), "full");
+}
+
+fn f32_bits(values: &[f32]) -> Vec<u32> {
+    values.iter().map(|v| v.to_bits()).collect()
 }
