@@ -216,14 +216,31 @@ vectorized! {
             *score = dot(query, key(s)) * scale;
         }
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0f32;
+        // MLX's exp, not libm's: the same bits on every machine (glibc
+        // picks its expf by the CPU's features), and a loop of its own
+        // that runs on vector registers.
         for score in &mut scores {
-            *score = (*score - max).exp();
-            sum += *score;
+            *score = mlx_exp(*score - max);
         }
-        out.fill(0.0);
+        let mut sum = 0f32;
+        for score in &scores {
+            sum += score;
+        }
+        // Each output summed over the positions in order; 64 outputs at a
+        // time (then 16) held in registers through all the positions, so
+        // eight chains of additions run side by side instead of two.
+        let mut c = 0;
+        while c + 64 <= d {
+            weighted_sum::<64, K>(&scores, values, d, c, &mut out[c..c + 64]);
+            c += 64;
+        }
+        while c + 16 <= d {
+            weighted_sum::<16, K>(&scores, values, d, c, &mut out[c..c + 16]);
+            c += 16;
+        }
+        out[c..].fill(0.0);
         for (s, weight) in scores.iter().enumerate() {
-            for (o, value) in out.iter_mut().zip(&values[s * d..(s + 1) * d]) {
+            for (o, value) in out[c..].iter_mut().zip(&values[s * d + c..(s + 1) * d]) {
                 *o += weight * value.widen();
             }
         }
@@ -231,6 +248,29 @@ vectorized! {
             *o /= sum;
         }
     }
+}
+
+/// `out[l] = sum_s weights[s] * values[s * d + c + l]` for `W` outputs,
+/// summed in position order from zero (each output as one loop over the
+/// positions would sum it).
+#[inline(always)]
+fn weighted_sum<const W: usize, K: Weight>(
+    weights: &[f32],
+    values: &[K],
+    d: usize,
+    c: usize,
+    out: &mut [f32],
+) {
+    let mut acc = [0f32; W];
+    for (s, weight) in weights.iter().enumerate() {
+        let value: &[K; W] = values[s * d + c..s * d + c + W]
+            .try_into()
+            .expect("W values");
+        for l in 0..W {
+            acc[l] += weight * value[l].widen();
+        }
+    }
+    out.copy_from_slice(&acc);
 }
 
 /// `one(index, row)` for each `d`-wide output row: on this thread when the

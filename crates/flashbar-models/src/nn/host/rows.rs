@@ -154,7 +154,15 @@ pub(super) unsafe fn dot4_avx2<X: Load8, W: Load8>(xs: [&[X]; 4], w: &[W]) -> [f
         _mm256_storeu_ps(acc.as_mut_ptr().add(8), hi[r]);
         sums[r] = fold_lanes(acc, &xs[r][whole..], &w[whole..]);
     }
-    sums
+    // Stored as one vector: a caller that reads the four as one vector
+    // (attention's scores) would otherwise wait for four scalar stores to
+    // reach memory (a failed store-to-load forward, some 15 cycles).
+    let mut out = [0f32; 4];
+    _mm_storeu_ps(
+        out.as_mut_ptr(),
+        _mm_set_ps(sums[3], sums[2], sums[1], sums[0]),
+    );
+    out
 }
 
 /// The weight types the kernels take: [`Weight`], and on x86-64 the AVX2
