@@ -404,6 +404,10 @@ def main():
     mask_id, theta = cfg["dflash_config"]["mask_token_id"], cfg["rope_theta"]
     weights = mx.exp(-mx.arange(common.BLOCK_SIZE - 1, dtype=mx.float32) / args.gamma)
     low, high = args.prompt - 1, sequences.shape[1] - common.BLOCK_SIZE
+    # The longest context a training block sees: the drafter attends to no
+    # more at inference (its drafts fall apart past the lengths it was
+    # trained on: docs/acceptance.md, "Long contexts").
+    cfg["dflash_config"]["context_window"] = int(high)
 
     def loss_fn(model, tokens, labels, tap, anchors):
         logits = block_logits(model, embed, head, tokens, tap, anchors, mask_id, theta)

@@ -87,6 +87,21 @@ impl ContextKv {
         Ok(self.host.as_mut().expect("set just above"))
     }
 
+    /// Keeps the latest `rows` context rows.
+    fn keep_last(&mut self, rows: usize) {
+        if let Some(host) = &mut self.host {
+            host.keep_last(rows);
+        }
+        if let (Some(k), Some(v)) = (&self.keys, &self.values) {
+            let len = k.shape()[2];
+            if len as usize > rows {
+                let from = len - rows as i32;
+                self.keys = Some(k.index((.., .., from..)));
+                self.values = Some(v.index((.., .., from..)));
+            }
+        }
+    }
+
     /// The context as arrays again, for MLX's ops.
     fn move_to_arrays(&mut self) -> Result<()> {
         if let Some(host) = self.host.take() {
@@ -207,6 +222,33 @@ impl Drafter {
     /// `taps` `[B, S, n_taps*hidden]` (the next S committed positions) to the
     /// context. `target` lends its embedding and lm_head.
     pub fn forward(
+        &self,
+        target: &Model,
+        block: &Array,
+        taps: &Array,
+        cache: &mut DraftCache,
+    ) -> Result<Array> {
+        let Some(window) = self.config.context_window else {
+            return self.forward_seeing_all(target, block, taps, cache);
+        };
+        // The block sees the latest `window` committed rows: the cache keeps
+        // room for the new ones, and new rows older than the window are
+        // skipped, their positions counted (RoPE keeps absolute positions).
+        let (rows, window) = (taps.shape()[1], window as i32);
+        for kv in &mut cache.layers {
+            kv.keep_last((window - rows.min(window)) as usize);
+        }
+        let taps = if rows > window {
+            cache.positions += rows - window;
+            &taps.index((.., (rows - window)..))
+        } else {
+            taps
+        };
+        self.forward_seeing_all(target, block, taps, cache)
+    }
+
+    /// [`Self::forward`] over the whole context the cache holds.
+    fn forward_seeing_all(
         &self,
         target: &Model,
         block: &Array,

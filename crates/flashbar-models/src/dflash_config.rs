@@ -43,6 +43,11 @@ pub struct DrafterConfig {
     pub input_embedding_scale: f32,
     pub output_multiplier: f32,
     pub final_logit_softcapping: Option<f32>,
+    /// The latest committed positions the drafter attends to (None: all):
+    /// `dflash_config.context_window`, a Flashbar key for drafters trained
+    /// on short sequences, whose drafts fall apart past the context lengths
+    /// they were trained on (docs/acceptance.md, "Long contexts").
+    pub context_window: Option<usize>,
     pub quantization: Quantization,
 }
 
@@ -82,6 +87,7 @@ struct RawDflash {
     input_embedding_scale: Option<f32>,
     output_multiplier: Option<f32>,
     final_logit_softcapping: Option<f32>,
+    context_window: Option<usize>,
     #[serde(default)]
     conv_kernel_size: usize,
     #[serde(default)]
@@ -187,6 +193,9 @@ impl DrafterConfig {
         if target_layer_ids.is_empty() {
             return Err("dflash_config.target_layer_ids is empty".into());
         }
+        if d.context_window == Some(0) {
+            return Err("dflash_config.context_window must be at least 1".into());
+        }
         let head_dim = raw
             .head_dim
             .unwrap_or(raw.hidden_size / raw.num_attention_heads);
@@ -231,6 +240,7 @@ impl DrafterConfig {
                 .final_logit_softcapping
                 .or(raw.final_logit_softcapping)
                 .filter(|c| *c > 0.0),
+            context_window: d.context_window,
             quantization: crate::config::parse_quantization(&root)?,
         })
     }
@@ -336,6 +346,16 @@ mod tests {
         assert_eq!(c.layer_kinds, vec![LayerKind::Full; 2]);
         assert!(!c.causal(0));
         assert_eq!(c.rope_scaling, Scaling::Linear(1.0));
+    }
+
+    /// Flashbar's `context_window`: absent is all, 0 is refused.
+    #[test]
+    fn context_window() {
+        assert_eq!(DrafterConfig::parse(BASE).unwrap().context_window, None);
+        let c = with(|v| v["dflash_config"]["context_window"] = 240.into()).unwrap();
+        assert_eq!(c.context_window, Some(240));
+        let e = with(|v| v["dflash_config"]["context_window"] = 0.into()).unwrap_err();
+        assert!(e.contains("context_window must be at least 1"), "{e}");
     }
 
     #[test]

@@ -278,4 +278,64 @@ mod tests {
             assert_eq!(host_cache.positions(), mlx_cache.positions());
         }
     }
+
+    /// A drafter with a context window of 12 drafts, round after round, as
+    /// a fresh one fed only the latest 12 committed rows at their absolute
+    /// positions: older rows are never seen, on the host path and on MLX's.
+    #[test]
+    fn a_context_window_sees_only_the_latest_rows() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let target = Model::load(&embedded("target")).unwrap();
+        for host_path in [true, false] {
+            let load = || {
+                let drafter = Drafter::load(&embedded("drafter"), &target).unwrap();
+                if host_path {
+                    drafter
+                } else {
+                    drafter.without_host()
+                }
+            };
+            let mut windowed = load();
+            windowed.config.context_window = Some(12);
+            let mut whole = load();
+            whole.config.context_window = None;
+            let taps = whole.config().target_layer_ids.clone();
+            let ids: Vec<u32> = (0..40).map(|i| (i * 7919 + 13) % 4096).collect();
+            let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
+            let tapped = target
+                .forward(
+                    &tokens,
+                    &mut target.new_cache(),
+                    Outputs::ALL.tapping(&taps),
+                )
+                .unwrap()
+                .taps
+                .unwrap();
+            let mask = whole.config().mask_token_id;
+            let mut cache = windowed.new_cache();
+            let mut from = 0;
+            for to in [30, 35, 36, 37] {
+                let mut block = vec![ids[to - 1]];
+                block.extend(std::iter::repeat_n(mask, 15));
+                let block = Array::from_slice(&block, &[1, 16]);
+                let rows = tapped.index((.., from as i32..to as i32));
+                from = to;
+                let ours = values(
+                    &windowed
+                        .forward(&target, &block, &rows, &mut cache)
+                        .unwrap(),
+                );
+                let mut fresh = whole.new_cache();
+                fresh.positions = to as i32 - 12;
+                let latest = tapped.index((.., (to as i32 - 12)..to as i32));
+                let expected =
+                    values(&whole.forward(&target, &block, &latest, &mut fresh).unwrap());
+                assert_eq!(
+                    ours, expected,
+                    "host path {host_path}, round ending at {to}"
+                );
+                assert_eq!(cache.positions(), to);
+            }
+        }
+    }
 }

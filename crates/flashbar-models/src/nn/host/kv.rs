@@ -76,6 +76,21 @@ impl HostKv {
         self.len = self.len.min(len);
     }
 
+    /// Keeps the last `len` positions (drops the oldest).
+    pub fn keep_last(&mut self, len: usize) {
+        if len >= self.len {
+            return;
+        }
+        let (d, from) = (self.d, self.len - len);
+        for h in 0..self.heads {
+            let at = h * self.capacity * d;
+            let span = at + from * d..at + self.len * d;
+            self.keys.copy_within(span.clone(), at);
+            self.values.copy_within(span, at);
+        }
+        self.len = len;
+    }
+
     /// The rows for the kernels (the first [`Self::len`] positions of each
     /// head are the cache's).
     pub fn rows(&self) -> KvRows<'_, bf16> {
@@ -181,5 +196,27 @@ mod tests {
             let widened: Vec<f32> = head.iter().map(|v| v.widen()).collect();
             assert_eq!(widened, rounded[h * kv.len() * d..][..kv.len() * d]);
         }
+    }
+
+    /// Keeping the last rows drops the oldest of every head, and appends go
+    /// on after them.
+    #[test]
+    fn keep_last_drops_the_oldest_rows_of_each_head() {
+        let (heads, d) = (2, 3);
+        let mut kv = HostKv::new(heads, d);
+        let rows = |first: usize, n: usize| -> Vec<f32> {
+            (0..heads)
+                .flat_map(|h| (0..n * d).map(move |i| (h * 1000 + first * d + i) as f32))
+                .collect()
+        };
+        kv.append(&rows(0, 10), &rows(0, 10));
+        kv.keep_last(4);
+        kv.keep_last(9); // more than it holds: nothing changes
+        kv.append(&rows(10, 2), &rows(10, 2));
+        let (keys, _) = kv.arrays().unwrap();
+        let expected: Vec<f32> = (0..heads)
+            .flat_map(|h| (6 * d..12 * d).map(move |i| round_bf16((h * 1000 + i) as f32)))
+            .collect();
+        assert_eq!(super::super::host_f32(&keys).unwrap(), expected);
     }
 }
