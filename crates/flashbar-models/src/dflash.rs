@@ -16,7 +16,7 @@ use crate::config::ModelConfig;
 use crate::dflash_config::DrafterConfig;
 mod host;
 use crate::error::{ModelError, Result};
-use crate::nn::host::HostKv;
+use crate::nn::attention::KvCache;
 use crate::nn::linear::{row_kernels, Fused, Linear, MatmulPath, Weights};
 use crate::nn::mlp::Mlp;
 use crate::Model;
@@ -63,62 +63,13 @@ pub(crate) struct DraftAttention {
     row_kernel: bool,
 }
 
-/// One layer's context keys/values `[B, kv_heads, rows, head_dim]`; the rows
-/// are the most recent context positions (all of them, or a window's tail).
-/// On the CPU's host path they are kept in `host` instead, read in place
-/// (docs/cpu.md, "Host caches"); a forward on the other path moves them.
-#[derive(Clone, Default)]
-pub(crate) struct ContextKv {
-    pub(crate) keys: Option<Array>,
-    pub(crate) values: Option<Array>,
-    pub(crate) host: Option<HostKv>,
-}
-
-impl ContextKv {
-    /// The host cache, made from the arrays if they held the context.
-    pub(crate) fn host(&mut self, kv_heads: usize, d: usize) -> Result<&mut HostKv> {
-        if self.host.is_none() {
-            let kv = match (self.keys.take(), self.values.take()) {
-                (Some(k), Some(v)) => HostKv::of(&k, &v)?,
-                _ => HostKv::new(kv_heads, d),
-            };
-            self.host = Some(kv);
-        }
-        Ok(self.host.as_mut().expect("set just above"))
-    }
-
-    /// Keeps the latest `rows` context rows.
-    fn keep_last(&mut self, rows: usize) {
-        if let Some(host) = &mut self.host {
-            host.keep_last(rows);
-        }
-        if let (Some(k), Some(v)) = (&self.keys, &self.values) {
-            let len = k.shape()[2];
-            if len as usize > rows {
-                let from = len - rows as i32;
-                self.keys = Some(k.index((.., .., from..)));
-                self.values = Some(v.index((.., .., from..)));
-            }
-        }
-    }
-
-    /// The context as arrays again, for MLX's ops.
-    fn move_to_arrays(&mut self) -> Result<()> {
-        if let Some(host) = self.host.take() {
-            if !host.is_empty() {
-                let (k, v) = host.arrays()?;
-                self.keys = Some(k);
-                self.values = Some(v);
-            }
-        }
-        Ok(())
-    }
-}
-
 /// The drafter's context cache: what it has seen of the committed sequence.
 #[derive(Clone, Default)]
 pub struct DraftCache {
-    pub(crate) layers: Vec<ContextKv>,
+    /// Per layer, the context's keys and values `[B, kv_heads, rows,
+    /// head_dim]`: the most recent context positions (all of them, a
+    /// window's tail, or the config's `context_window`).
+    pub(crate) layers: Vec<KvCache>,
     /// Committed positions fed so far (the absolute position of the next one).
     pub(crate) positions: i32,
 }
@@ -213,7 +164,7 @@ impl Drafter {
 
     pub fn new_cache(&self) -> DraftCache {
         DraftCache {
-            layers: vec![ContextKv::default(); self.layers.len()],
+            layers: vec![KvCache::default(); self.layers.len()],
             positions: 0,
         }
     }
@@ -319,7 +270,7 @@ impl DraftAttention {
         x: &Array,
         context: &Array,
         start: i32,
-        kv: &mut ContextKv,
+        kv: &mut KvCache,
         config: &DrafterConfig,
     ) -> Result<Array> {
         kv.move_to_arrays()?;

@@ -12,9 +12,10 @@
 //! linearly scaled RoPE, and layers that see their whole context and block
 //! (no window, not causal: the embedded drafter's); others run MLX's ops.
 
-use super::{ContextKv, DraftAttention, Drafter};
+use super::{DraftAttention, Drafter};
 use crate::config::Rope;
 use crate::error::Result;
+use crate::nn::attention::KvCache;
 use crate::nn::attention_host::{by_heads, HostAttention};
 use crate::nn::host::{self, host_f32, HostVector};
 use crate::{DraftCache, Model};
@@ -143,7 +144,7 @@ impl DraftAttention {
         x: &Array,
         context: &Array,
         start: i32,
-        kv: &mut ContextKv,
+        kv: &mut KvCache,
     ) -> Result<Array> {
         let (l, s) = (x.shape()[1] as usize, context.shape()[1] as usize);
         let (heads, kv_heads, d) = (

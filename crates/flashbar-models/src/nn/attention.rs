@@ -19,9 +19,9 @@ use mlx_rs::Array;
 /// that takes the other path moves it over first.
 #[derive(Clone, Default)]
 pub struct KvCache {
-    keys: Option<Array>,
-    values: Option<Array>,
-    host: Option<HostKv>,
+    pub(crate) keys: Option<Array>,
+    pub(crate) values: Option<Array>,
+    pub(crate) host: Option<HostKv>,
 }
 
 impl KvCache {
@@ -65,7 +65,7 @@ impl KvCache {
     }
 
     /// The host cache, made from the arrays if they held it.
-    fn host(&mut self, kv_heads: usize, d: usize) -> Result<&mut HostKv> {
+    pub(crate) fn host(&mut self, kv_heads: usize, d: usize) -> Result<&mut HostKv> {
         if self.host.is_none() {
             let kv = match (self.keys.take(), self.values.take()) {
                 (Some(k), Some(v)) => HostKv::of(&k, &v)?,
@@ -76,13 +76,37 @@ impl KvCache {
         Ok(self.host.as_mut().expect("set just above"))
     }
 
+    /// The rows as MLX arrays again (for MLX's ops), if a host cache held
+    /// them.
+    pub(crate) fn move_to_arrays(&mut self) -> Result<()> {
+        if let Some(host) = self.host.take() {
+            if !host.is_empty() {
+                let (k, v) = host.arrays()?;
+                self.keys = Some(k);
+                self.values = Some(v);
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the latest `rows` positions (drops the oldest).
+    pub(crate) fn keep_last(&mut self, rows: usize) {
+        if let Some(host) = &mut self.host {
+            host.keep_last(rows);
+        }
+        if let (Some(k), Some(v)) = (&self.keys, &self.values) {
+            let len = k.shape()[2];
+            if len as usize > rows {
+                let from = len - rows as i32;
+                self.keys = Some(k.index((.., .., from..)));
+                self.values = Some(v.index((.., .., from..)));
+            }
+        }
+    }
+
     /// `keys`, `values` appended along the positions by MLX's concatenate.
     fn append(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
-        if let Some(host) = self.host.take() {
-            let (k, v) = host.arrays()?;
-            self.keys = Some(k);
-            self.values = Some(v);
-        }
+        self.move_to_arrays()?;
         let (keys, values) = match (&self.keys, &self.values) {
             (Some(k), Some(v)) => (concatenate(&[k, &keys], 2)?, concatenate(&[v, &values], 2)?),
             _ => (keys, values),
