@@ -383,7 +383,14 @@ fn matmul_rows_do_not_depend_on_how_many_there_are() {
 /// softmax within f32 rounding.
 #[test]
 fn attention_rows_do_not_depend_on_the_block() {
-    let (heads, kv_heads, d, total, len) = (6, 2, 64, 40, 16);
+    // Contexts within one tile of positions and across several; head widths
+    // through each of the weighted sums' paths (64, 16, one by one).
+    for (d, total) in [(64, 40), (80, 150), (72, 130)] {
+        attention_rows_at(6, 2, d, total, 16);
+    }
+}
+
+fn attention_rows_at(heads: usize, kv_heads: usize, d: usize, total: usize, len: usize) {
     let q = values(heads * len * d, 1.0);
     let k = values(kv_heads * total * d, 2.0);
     let v = values(kv_heads * total * d, 3.0);
