@@ -383,8 +383,8 @@ fn matmul_rows_do_not_depend_on_how_many_there_are() {
 /// softmax within f32 rounding.
 #[test]
 fn attention_rows_do_not_depend_on_the_block() {
-    // Contexts within one tile of positions and across several; head widths
-    // through each of the weighted sums' paths (64, 16, one by one).
+    // Short and longer contexts; head widths through each path of the
+    // weighted sum (64 outputs at a time, 16, one by one).
     for (d, total) in [(64, 40), (80, 150), (72, 130)] {
         attention_rows_at(6, 2, d, total, 16);
     }
