@@ -1,10 +1,12 @@
 """Writes the rounds the gate's replay tests read (crates/flashbar-engine/
 src/policy/recorded_rounds_*.json) from a `bench/acceptance.py --json` file:
 per regime, plain decoding's step time (from its tok/s in that run) and each
-prompt's forced DFlash rounds of the last repeat as [committed, ms]: the
-round's whole time (`round_ms`, from the end of the previous round, as the
-gate times it) where the run has it, else draft + verify + rollback (runs
-before 2026-12-04).
+prompt's forced DFlash rounds of the last repeat as [committed, ms, draft
+ms]: the round's whole time (`round_ms`, from the end of the previous round,
+as the gate times it) where the run has it, else draft + verify + rollback
+(runs before 2026-12-04), and the draft's part (what a shadow probe costs;
+the time to queue it on a GPU, where it runs behind the host). Files
+recorded before 2026-12-05 hold [committed, ms] only.
 
     python bench/record_rounds.py target/acceptance.json OUT.json --source "what ran, where, when"
 """
@@ -23,7 +25,7 @@ def round_ms(cost: dict) -> float:
 def record(run: dict, source: str) -> dict:
     regimes = {}
     for name, regime in run["regimes"].items():
-        prompts = [[[r["committed"], round(round_ms(r), 3)]
+        prompts = [[[r["committed"], round(round_ms(r), 3), round(r["draft_ms"], 3)]
                     for r in prompt["round_costs"] if r["mode"] == "dflash"]
                    for prompt in regime["prompts"]]
         regimes[name] = {"ar_ms": round(1000.0 / regime["ours_ar_tps"], 3), "prompts": prompts}

@@ -165,6 +165,16 @@ impl Decoding<'_, '_> {
                         policy.observe(accepted, drafted);
                     }
                 }
+                Plan::Shadow => {
+                    // As wide as a round may be (the adaptive block may have
+                    // shrunk below the break-even in a losing stretch).
+                    let block = self.block_size.unwrap_or(usize::MAX);
+                    if let Some((matched, drafted)) = self.shadow(&mut run, block, request, sink)? {
+                        if let Some(policy) = &mut blocks {
+                            policy.observe(matched, drafted);
+                        }
+                    }
+                }
             }
         }
         let finish = run.finish.unwrap_or(FinishReason::Length);
@@ -294,6 +304,64 @@ impl Decoding<'_, '_> {
             };
         }
         Ok(())
+    }
+
+    /// A shadow probe (docs/dflash.md, "Shadow probes"): the drafts a round
+    /// here would verify, compared with the plain steps that follow; the gate
+    /// learns what the round would have committed and what the draft cost.
+    /// It drafts up to the gate's break-even (a round committing that many
+    /// pays for itself; a longer run need not be seen), and the plain steps
+    /// that cover those drafts are steps plain decoding takes anyway, so a
+    /// shadow costs its draft alone. Its drafts can differ from a whole
+    /// block's (the drafter reads its block both ways), which only makes
+    /// the estimate rougher: output tokens are plain decoding's either way.
+    /// Returns (drafts matched, drafts compared), or None where no draft
+    /// fits (one plain step instead).
+    fn shadow(
+        &mut self,
+        run: &mut Run,
+        block: usize,
+        request: &GenerateRequest,
+        sink: &mut dyn Sink,
+    ) -> Result<Option<(usize, usize)>> {
+        let model = self.model;
+        let left = run.max_tokens - run.generated;
+        let break_even = self.gate().and_then(|g| g.shadow_break_even());
+        let Some(proposer) = self.proposer.as_mut() else {
+            return Ok(None);
+        };
+        // Drafts up to the break-even (a round committing that many paid
+        // for itself; a longer run need not be seen), so the draft is no
+        // wider than it must be.
+        let needed = break_even.map_or(usize::MAX, |n| n.saturating_sub(1).max(1));
+        let drafts_wanted = (block.clamp(1, proposer.max_block_size()).min(left) - 1).min(needed);
+        if drafts_wanted == 0 || run.context.is_empty() {
+            // No room for a draft before the answer ends: plain steps, the
+            // shadow still due for when there is.
+            self.plain_steps(run, 1, request, sink)?;
+            return Ok(None);
+        }
+        let clock = Instant::now();
+        let context = concatenate(&run.context, 1)?;
+        run.context.clear();
+        let d = proposer.propose(model, run.last, &context, drafts_wanted, run.generated)?;
+        let drafts = host_u32(&d)?;
+        let draft_ms = ms_since(clock);
+        // The next plain step is timed from here: the draft is not its cost.
+        run.mark = Instant::now();
+        let compare = drafts.len();
+        let from = run.emitter.ids.len();
+        self.plain_steps(run, compare, request, sink)?;
+        let matched = drafts
+            .iter()
+            .zip(&run.emitter.ids[from..])
+            .take_while(|(d, t)| d == t)
+            .count();
+        if let Some(gate) = self.gate() {
+            gate.observe_shadow(matched + 1, draft_ms);
+        }
+        tracing::debug!(matched, drafted = drafts.len(), draft_ms, "shadow probe");
+        Ok(Some((matched, compare)))
     }
 
     /// Commits a plain step's token. A decode step (`untimed_since` None)

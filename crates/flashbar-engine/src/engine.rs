@@ -231,6 +231,12 @@ impl Engine {
         self.gate.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Replaces the speedup gate, measurements and all (tests put it in a
+    /// chosen state through its own observations).
+    pub fn set_gate(&self, gate: Gate) {
+        *self.gate.lock().unwrap_or_else(|e| e.into_inner()) = gate;
+    }
+
     /// Checks a request, templating and tokenizing its prompt (the one
     /// place this happens): its prompt ids, the tokens it may generate, and
     /// for a chat whether its output starts inside a think block (read off

@@ -541,6 +541,69 @@ fn forced_rounds_leave_the_gate_as_auto_left_it() {
     assert_eq!(after.speedup(), before.speedup());
 }
 
+/// A gate floored where a round is dear: calibrated at 1 ms a plain step,
+/// its warm-up round done, then a judged round of 5 ms that committed one
+/// token. A 40-token request cannot afford a losing 5-step round (3% of
+/// it is 1.2 steps), so its probe is a shadow.
+fn floored_where_rounds_are_dear() -> flashbar_engine::policy::gate::Gate {
+    use flashbar_engine::policy::gate::{Gate, GateConfig, GateState};
+    use flashbar_engine::policy::thermal::ThermalState;
+    let mut gate = Gate::new(GateConfig::default());
+    gate.set_thermal(ThermalState::Fair);
+    for _ in 0..4 {
+        gate.observe_ar(1.0);
+    }
+    gate.observe_round(1, 5.0); // warm-up
+    gate.observe_round(1, 5.0); // judged: 0.2x, floored at once
+    assert_eq!(gate.state(), GateState::Floored);
+    assert_eq!(gate.shadow_break_even(), Some(5));
+    gate
+}
+
+/// A shadow probe drafts, decodes plainly and compares: right drafts up
+/// to the break-even (5 tokens: 4 drafts and the target's own) start DFlash
+/// rounds right after those 4 plain steps; wrong ones leave the answer to
+/// plain decoding. The tokens are plain decoding's either way.
+#[test]
+fn a_shadow_probe_starts_rounds_only_where_its_drafts_hold() {
+    use flashbar_engine::policy::thermal::{ScriptedThermal, ThermalState};
+    let engine = pair("dense-mlx-4bit", "drafter-dense-f32");
+    engine.set_thermal_source(Box::new(ScriptedThermal::new(vec![ThermalState::Fair])));
+    let mut auto = request("def fib(n):", Speculation::Auto, 0.0);
+    auto.max_tokens = 40;
+    let mut plain_request = auto.clone();
+    plain_request.speculation = Speculation::Off;
+    let (plain, _) = run(&engine, &plain_request);
+    for (wrong_at, rounds_follow) in [(None, true), (Some(0), false), (Some(2), false)] {
+        engine.set_gate(floored_where_rounds_are_dear());
+        let mut oracle = Oracle::right(&plain.token_ids, 8);
+        oracle.wrong_at = wrong_at;
+        let mut recorder = Recorder::default();
+        let generation = engine
+            .generate_with(&auto, Some(&mut oracle), &mut recorder)
+            .unwrap();
+        assert_eq!(
+            generation.token_ids, plain.token_ids,
+            "wrong at {wrong_at:?}"
+        );
+        let modes: String = recorder
+            .rounds
+            .iter()
+            .map(|r| if r.mode == Mode::Plain { 'a' } else { 'd' })
+            .collect();
+        // The prefill's token, then the shadow's 4 compared plain steps.
+        assert!(modes.starts_with("aaaaa"), "{modes}");
+        assert_eq!(
+            modes[5..].starts_with('d'),
+            rounds_follow,
+            "wrong at {wrong_at:?}: {modes}"
+        );
+        if !rounds_follow {
+            assert!(!modes.contains('d'), "{modes}");
+        }
+    }
+}
+
 #[test]
 fn speculation_off_and_auto_choose_the_loop() {
     let engine = pair("dense-mlx-4bit", "drafter-dense-f32");

@@ -21,7 +21,12 @@
 //! judged on its own rounds, and ends a backoff early when one losing round
 //! costs at most `probe_budget` of its max_tokens (on a GPU, where a round
 //! costs ~2-3 plain steps, each answer is probed; on a CPU only long ones).
-//! Calibration
+//! Where a round is dear (a probe costs more than that budget: a CPU), a
+//! probe is first a shadow: one draft, compared with the plain tokens
+//! that follow, which says exactly what a round there would have
+//! committed, for the draft's cost alone; only a shadow that would have
+//! paid starts real rounds. Shadows spend a credit of `probe_budget` of
+//! the tokens committed (docs/dflash.md, "Shadow probes"). Calibration
 //! is kept per thermal state: a state change switches to (or starts) that
 //! state's calibration. Measured throughput decides; the thermal state only
 //! says when old measurements stop holding. Forced DFlash rounds are only
@@ -60,6 +65,9 @@ pub struct GateConfig {
     /// first rounds often accept 1-3 tokens before its long runs, so two
     /// rounds must not decide, yet a run of losing rounds soon does.
     pub gain_decay: f64,
+    /// Probe with a shadow (one draft, compared with the plain steps that
+    /// follow) where a real round is dear; off, every probe is real rounds.
+    pub shadow_probes: bool,
 }
 
 impl Default for GateConfig {
@@ -74,6 +82,7 @@ impl Default for GateConfig {
             probe_budget: 0.03,
             keep_above: 1.0,
             gain_decay: 0.8,
+            shadow_probes: true,
         }
     }
 }
@@ -96,6 +105,9 @@ pub enum Plan {
     /// Plain steps: this many before asking again.
     Plain(usize),
     Dflash,
+    /// A shadow probe: draft one block, decode plainly, and report what a
+    /// round would have committed ([`Gate::observe_shadow`]).
+    Shadow,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -137,7 +149,26 @@ pub struct Gate {
     /// A judged round's time in plain steps (averaged): what one losing
     /// round costs, and so what a new request's probe risks.
     round_steps: Option<f64>,
+    /// The last shadow probe's draft time in plain steps.
+    draft_steps: Option<f64>,
+    /// Floored, a shadow probe is the next plan.
+    shadow_due: bool,
+    /// What shadow probes may still spend, in plain steps: `probe_budget`
+    /// of every token committed, less each shadow's draft (at most
+    /// [`MAX_SHADOW_CREDIT`]).
+    shadow_credit: f64,
+    /// Shadow probes of this request that failed in a row (the next waits
+    /// for credit for that many drafts, up to [`MAX_SHADOW_WAIT`]).
+    shadow_failures: u32,
 }
+
+/// Within a request, a failing text's shadows wait for at most this many
+/// drafts' credit.
+const MAX_SHADOW_WAIT: u32 = 4;
+
+/// Shadow credit saved at most, in plain steps: a long plain stretch buys
+/// a few shadows, not an unbounded run of them.
+const MAX_SHADOW_CREDIT: f64 = 20.0;
 
 impl Gate {
     pub fn new(config: GateConfig) -> Self {
@@ -158,6 +189,10 @@ impl Gate {
             request_gain: 0.0,
             affordable_loss: 0.0,
             round_steps: None,
+            draft_steps: None,
+            shadow_due: false,
+            shadow_credit: 0.0,
+            shadow_failures: 0,
         }
     }
 
@@ -172,11 +207,73 @@ impl Gate {
     /// probe's loss stands in for that cost.
     pub fn begin_request(&mut self, max_tokens: usize) {
         self.affordable_loss = self.config.probe_budget * max_tokens as f64;
+        self.shadow_failures = 0;
         self.recent_gain = 0.0;
         self.request_gain = 0.0;
-        if self.state == GateState::Floored && self.probe_is_cheap() {
-            self.enter_speculation();
+        if self.state == GateState::Floored {
+            if self.probe_is_cheap() {
+                self.enter_speculation();
+            } else if self.shadow_is_cheap() {
+                self.shadow_due = true;
+            }
         }
+    }
+
+    /// A shadow probe can judge (a round's cost is known) and the credit
+    /// is not spent: it keeps shadows to `probe_budget` of the tokens
+    /// committed however their drafts cost (a draft after a long prompt
+    /// first reads up to the drafter's window of context, about twice a
+    /// steady one here). Within a request, after failed shadows, a shadow
+    /// waits for credit for as many drafts as failed (text that keeps
+    /// failing is probed less often); a new request is new text.
+    fn shadow_is_cheap(&self) -> bool {
+        let wait = self.shadow_failures.min(MAX_SHADOW_WAIT) as f64;
+        self.config.shadow_probes
+            && self.round_steps.is_some()
+            && self.shadow_credit >= wait * self.draft_steps.unwrap_or(0.0)
+    }
+
+    /// `committed` tokens were committed: shadow credit for each.
+    fn earn_credit(&mut self, committed: usize) {
+        self.shadow_credit = (self.shadow_credit + self.config.probe_budget * committed as f64)
+            .min(MAX_SHADOW_CREDIT);
+    }
+
+    /// The tokens a round must commit to pay for itself (its time in plain
+    /// steps, times `keep_above`): a shadow probe that matched one less in
+    /// drafts has shown what it needs to. None before a round was timed.
+    pub fn shadow_break_even(&self) -> Option<usize> {
+        self.round_steps
+            .map(|steps| (steps * self.config.keep_above).ceil().max(1.0) as usize)
+    }
+
+    /// A shadow probe's outcome: a round at its position would have
+    /// committed `committed` tokens; its draft took `draft_ms`. At the
+    /// break-even or above, speculation starts (its rounds judged as any
+    /// probe's); below it, plain decoding goes on for a backoff that keeps
+    /// failed shadows to `probe_budget` of the time, doubling as probes
+    /// keep failing.
+    pub fn observe_shadow(&mut self, committed: usize, draft_ms: f64) {
+        self.shadow_due = false;
+        if let Some(ar) = self.ar_step_ms() {
+            let steps = draft_ms / ar.max(1e-9);
+            self.shadow_credit -= steps;
+            self.draft_steps = Some(steps);
+        }
+        if self
+            .shadow_break_even()
+            .is_none_or(|needed| committed >= needed)
+        {
+            self.shadow_failures = 0;
+            self.enter_speculation();
+            return;
+        }
+        self.shadow_failures += 1;
+        let budgeted = (self.draft_steps.unwrap_or(0.0) / self.config.probe_budget).ceil() as usize;
+        let backoff = self.backoff.max(budgeted).min(self.config.max_backoff);
+        self.state = GateState::Floored;
+        self.floored_left = backoff;
+        self.backoff = (backoff * 2).min(self.config.max_backoff);
     }
 
     /// Within a request, one losing round (its time in plain steps less the
@@ -216,6 +313,7 @@ impl Gate {
                     .map_or(0, |c| c.steps_seen);
                 Plan::Plain(self.config.calibration_steps.saturating_sub(seen).max(1))
             }
+            GateState::Floored if self.shadow_due => Plan::Shadow,
             GateState::Floored => Plan::Plain(self.floored_left.max(1)),
             GateState::WarmingUp | GateState::Speculating => Plan::Dflash,
         }
@@ -227,6 +325,7 @@ impl Gate {
             return;
         }
         self.thermal = thermal;
+        self.shadow_due = false;
         self.speedup = None;
         self.judged = 0;
         self.backoff = self.config.first_backoff;
@@ -239,6 +338,7 @@ impl Gate {
 
     /// One plain step took `ms`.
     pub fn observe_ar(&mut self, ms: f64) {
+        self.earn_credit(1);
         let calibration = self.calibrations.entry(self.thermal).or_default();
         calibration.steps_seen += 1;
         if calibration.steps_seen > 1 {
@@ -254,10 +354,24 @@ impl Gate {
             {
                 self.enter_speculation()
             }
-            GateState::Floored => {
+            GateState::Floored if !self.shadow_due => {
                 self.floored_left = self.floored_left.saturating_sub(1);
                 if self.floored_left == 0 {
-                    self.enter_speculation();
+                    // A dear probe goes first as a shadow, once a round's
+                    // cost is known to judge it by, and when the credit
+                    // covers it (else another first backoff's wait).
+                    if self.config.shadow_probes
+                        && !self.probe_is_cheap()
+                        && self.round_steps.is_some()
+                    {
+                        if self.shadow_is_cheap() {
+                            self.shadow_due = true;
+                        } else {
+                            self.floored_left = self.config.first_backoff;
+                        }
+                    } else {
+                        self.enter_speculation();
+                    }
                 }
             }
             _ => {}
@@ -276,6 +390,7 @@ impl Gate {
     /// Returns the round's realized speedup over plain decoding, when it is
     /// known.
     pub fn observe_round(&mut self, committed: usize, ms: f64) -> Option<f64> {
+        self.earn_credit(committed);
         let ratio = self.realized(committed, ms);
         match self.state {
             GateState::WarmingUp => {
@@ -346,6 +461,7 @@ impl Gate {
     }
 
     fn enter_speculation(&mut self) {
+        self.shadow_due = false;
         let warmed = self
             .calibrations
             .get(&self.thermal)

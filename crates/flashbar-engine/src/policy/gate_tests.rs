@@ -15,7 +15,9 @@ struct Machine {
 }
 
 /// Drives the gate for `steps` decisions; returns the plan sequence as
-/// 'a' (plain step) / 'd' (DFlash round).
+/// 'a' (plain step) / 'd' (DFlash round) / 's' (a shadow probe's draft,
+/// a third of a round's time here, followed by the plain steps it
+/// compares, as `decoding` runs them).
 fn drive(gate: &mut Gate, machine: &Machine, steps: usize) -> String {
     let mut trace = String::new();
     for _ in 0..steps {
@@ -28,9 +30,26 @@ fn drive(gate: &mut Gate, machine: &Machine, steps: usize) -> String {
                 gate.observe_round(machine.committed, machine.round_ms);
                 trace.push('d');
             }
+            Plan::Shadow => {
+                trace.push('s');
+                let compare = shadow_compare(gate, 15);
+                for _ in 0..compare {
+                    gate.observe_ar(machine.ar_ms);
+                    trace.push('a');
+                }
+                gate.observe_shadow(machine.committed.min(compare + 1), machine.round_ms / 3.0);
+            }
         }
     }
     trace
+}
+
+/// The drafts a shadow probe compares (as `decoding::shadow` picks them):
+/// up to the gate's break-even, at most `drafts`.
+fn shadow_compare(gate: &Gate, drafts: usize) -> usize {
+    gate.shadow_break_even()
+        .map_or(drafts, |needed| needed.saturating_sub(1).max(1))
+        .min(drafts)
 }
 
 fn gate() -> Gate {
@@ -112,12 +131,15 @@ fn a_clearly_losing_probe_costs_one_judged_round() {
     };
     let trace = drive(&mut g, &useless, 110);
     // Calibration, one warm-up round, one judged round that lost 3 plain
-    // steps' worth, then 100 plain steps (3 / probe_budget 0.03); the
-    // next probe needs no warm-up and is judged at once.
+    // steps' worth, then 100 plain steps (3 / probe_budget 0.03). A round
+    // costing 4 plain steps is dear here (no request's budget affords it),
+    // so the next probe is a shadow: one draft, the 3 plain steps that would
+    // show a round paying (4 tokens), and back to plain decoding.
     assert!(
-        trace.starts_with(&format!("aaaadd{}da", "a".repeat(100))),
+        trace.starts_with(&format!("aaaadd{}saaaa", "a".repeat(100))),
         "{trace}"
     );
+    assert!(!trace[6..].contains('d'), "{trace}");
     // A round that loses only a little still waits for a second one.
     let mut g = gate();
     let close = Machine {
@@ -336,7 +358,7 @@ fn where_rounds_are_cheap_an_answer_is_probed_again_after_the_doubling_backoff()
                     g.observe_ar(10.0);
                     true
                 }
-                Plan::Dflash => false,
+                Plan::Dflash | Plan::Shadow => false,
             })
             .count();
         assert_eq!(
@@ -355,17 +377,26 @@ const H200_ROUNDS: &str = include_str!("recorded_rounds_h200.json");
 
 /// Recorded rounds (`recorded_rounds_*.json`, written from
 /// `bench/acceptance.py`'s JSON): per regime the plain step time and,
-/// per prompt, its forced DFlash rounds as (committed, round ms).
+/// per prompt, its forced DFlash rounds as (committed, round ms, draft ms).
 struct Recorded {
     ar_ms: f64,
     request_tokens: usize,
-    prompts: Vec<Vec<(usize, f64)>>,
+    prompts: Vec<Vec<(usize, f64, f64)>>,
 }
 
 fn recorded(json: &str, regime: &str) -> Recorded {
     let all: serde_json::Value = serde_json::from_str(json).unwrap();
     let regime = &all["regimes"][regime];
-    let round = |r: &serde_json::Value| (r[0].as_u64().unwrap() as usize, r[1].as_f64().unwrap());
+    // A round's draft time, where recorded (else the whole round's: an
+    // upper bound for what a shadow probe's draft costs).
+    let round = |r: &serde_json::Value| {
+        let ms = r[1].as_f64().unwrap();
+        (
+            r[0].as_u64().unwrap() as usize,
+            ms,
+            r.get(2).and_then(|d| d.as_f64()).unwrap_or(ms),
+        )
+    };
     Recorded {
         ar_ms: regime["ar_ms"].as_f64().unwrap(),
         request_tokens: all["request_tokens"].as_u64().unwrap() as usize,
@@ -382,8 +413,8 @@ fn recorded(json: &str, regime: &str) -> Recorded {
 fn forced_recorded(json: &str, regime: &str) -> f64 {
     let r = recorded(json, regime);
     let rounds = r.prompts.iter().flatten();
-    let tokens: usize = rounds.clone().map(|(c, _)| c).sum();
-    let ms: f64 = rounds.map(|(_, ms)| ms).sum();
+    let tokens: usize = rounds.clone().map(|(c, _, _)| c).sum();
+    let ms: f64 = rounds.map(|(_, ms, _)| ms).sum();
     tokens as f64 * r.ar_ms / ms
 }
 
@@ -393,8 +424,13 @@ fn forced_recorded(json: &str, regime: &str) -> f64 {
 /// tokens. A DFlash round at answer position p costs what the recorded
 /// round covering p cost. Returns auto's speed over plain decoding's.
 fn replay_recorded(json: &str, regime: &str, tokens: usize) -> f64 {
+    replay_recorded_with(json, regime, tokens, GateConfig::default())
+}
+
+fn replay_recorded_with(json: &str, regime: &str, tokens: usize, config: GateConfig) -> f64 {
     let r = recorded(json, regime);
-    let mut g = gate();
+    let mut g = Gate::new(config);
+    g.set_thermal(ThermalState::Nominal);
     let (mut done, mut ms) = (0, 0.0);
     for rounds in r.prompts.iter().cycle() {
         if done >= tokens {
@@ -403,7 +439,7 @@ fn replay_recorded(json: &str, regime: &str, tokens: usize) -> f64 {
         g.begin_request(r.request_tokens);
         let starts: Vec<usize> = rounds
             .iter()
-            .scan(0, |at, (c, _)| {
+            .scan(0, |at, (c, _, _)| {
                 let start = *at;
                 *at += c;
                 Some(start)
@@ -419,10 +455,24 @@ fn replay_recorded(json: &str, regime: &str, tokens: usize) -> f64 {
                 }
                 Plan::Dflash => {
                     let i = starts.partition_point(|&s| s <= at).saturating_sub(1);
-                    let (committed, round_ms) = rounds[i];
+                    let (committed, round_ms, _) = rounds[i];
                     g.observe_round(committed, round_ms);
                     at += committed;
                     ms += round_ms;
+                }
+                Plan::Shadow => {
+                    // The recorded round at this position says what a round
+                    // would commit; the shadow pays its draft, then the plain
+                    // steps it compares.
+                    let i = starts.partition_point(|&s| s <= at).saturating_sub(1);
+                    let (committed, _, draft_ms) = rounds[i];
+                    let compare = shadow_compare(&g, 15).min(r.request_tokens - at);
+                    ms += draft_ms + compare as f64 * r.ar_ms;
+                    at += compare;
+                    for _ in 0..compare {
+                        g.observe_ar(r.ar_ms);
+                    }
+                    g.observe_shadow(committed.min(compare + 1), draft_ms);
                 }
             }
         }
@@ -433,36 +483,45 @@ fn replay_recorded(json: &str, regime: &str, tokens: usize) -> f64 {
 
 #[test]
 fn auto_keeps_dflash_where_it_pays_on_recorded_cpu_rounds() {
-    // Rounds of the embedded pair on the CPU here with the host kernels
-    // and the fine-tuned drafter (a round ~4-8 plain steps): forced
-    // DFlash, pooled over each regime's 4 prompts, is ~1.1x plain
-    // decoding on repetitive text and on code (one repetitive prompt
-    // accepts ~2 a round and takes most of the time) and ~0.45x on
-    // prose. Auto must keep DFlash where it pays (at least 90% of
-    // forced's speed) and never fall below 97% of plain decoding.
+    // Rounds of the embedded pair on the CPU here (host kernels, caches and
+    // drafter; 2026-12-05), with each draft's own time, so a shadow probe
+    // costs at most what it would (~2.2-2.5 ms for a block of 16; a shadow
+    // drafts fewer) against ~6.5-9 ms rounds and ~1.2 ms plain steps.
     // 2,000 tokens: a few answers of one app session (the gate lives as
-    // long as the loaded pair).
-    for regime in ["deterministic", "code", "prose"] {
-        let forced = forced_recorded(CPU_ROUNDS, regime);
-        let auto = replay_recorded(CPU_ROUNDS, regime, 2000);
-        eprintln!("{regime}: forced {forced:.3}x, auto {auto:.3}x plain");
-        assert!(auto >= 0.97, "{regime}: auto at {auto:.3}x plain decoding");
-        if regime == "prose" {
-            assert!(
-                forced < 0.6,
-                "prose: the recording is not the one described: {forced:.3}"
+    // long as the loaded pair). Forced DFlash, pooled, is ~0.9x plain decoding
+    // on repetitive text (three prompts at 1.9-2.4x, but the licence text
+    // accepts ~2 a round and takes most of the time), ~0.7x on code and
+    // ~0.35x on prose. Auto must keep DFlash where it pays, so beat forced
+    // and plain on repetitive text by a margin (each answer is judged
+    // alone), and stay at 97% of plain decoding everywhere.
+    let speeds: Vec<(&str, f64, f64)> = ["deterministic", "code", "prose"]
+        .into_iter()
+        .map(|regime| {
+            let forced = forced_recorded(CPU_ROUNDS, regime);
+            let auto = replay_recorded(CPU_ROUNDS, regime, 2000);
+            let real_probes = GateConfig {
+                shadow_probes: false,
+                ..GateConfig::default()
+            };
+            let without = replay_recorded_with(CPU_ROUNDS, regime, 2000, real_probes);
+            eprintln!(
+                "{regime}: forced {forced:.3}x, auto {auto:.3}x plain ({without:.3}x without shadows)"
             );
-        } else {
-            assert!(
-                forced > 1.05,
-                "{regime}: the recording is not the one described: {forced:.3}"
-            );
-            assert!(
-                auto >= 0.9 * forced,
-                "{regime}: auto at {auto:.3}x, forced {forced:.3}x"
-            );
-        }
+            (regime, forced, auto)
+        })
+        .collect();
+    for (regime, forced, auto) in &speeds {
+        assert!(*auto >= 0.97, "{regime}: auto at {auto:.3}x plain decoding");
+        assert!(
+            *forced < 1.0,
+            "{regime}: not the recording described: {forced:.3}"
+        );
     }
+    let (_, forced, auto) = speeds[0];
+    assert!(
+        auto >= 1.5 && auto >= 1.5 * forced,
+        "deterministic: auto {auto:.3}x, forced {forced:.3}x"
+    );
 }
 
 #[test]
