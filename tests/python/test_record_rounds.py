@@ -1,6 +1,7 @@
 """bench/record_rounds.py turns an acceptance run into the rounds the gate's
 replay tests read: the plain step time from the run's tok/s, and each
-forced DFlash round's whole time where the run recorded it."""
+forced DFlash round's whole time where the run recorded it, with its
+draft's time (what a shadow probe costs)."""
 
 import json
 import sys
@@ -33,8 +34,8 @@ def test_rounds_use_the_whole_round_time_where_recorded():
     code = recorded["regimes"]["code"]
     assert code["ar_ms"] == 2.0
     # Plain rounds are left out; the second DFlash round, from a run
-    # before round_ms was kept, is its parts' sum.
-    assert code["prompts"] == [[[3, 3.6], [1, 3.1]]]
+    # before round_ms was kept, is its parts' sum; each keeps its draft.
+    assert code["prompts"] == [[[3, 3.6, 1.0], [1, 3.1, 1.0]]]
 
 
 def test_written_file_reads_back_as_recorded(tmp_path):
