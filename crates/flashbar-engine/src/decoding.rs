@@ -332,9 +332,15 @@ impl Decoding<'_, '_> {
         };
         // Drafts up to the break-even (a round committing that many paid
         // for itself; a longer run need not be seen), so the draft is no
-        // wider than it must be.
+        // wider than it must be; where rounds keep one width (GPUs, where a
+        // new width costs a build), the round's whole block, compared only
+        // that far.
         let needed = break_even.map_or(usize::MAX, |n| n.saturating_sub(1).max(1));
-        let drafts_wanted = (block.clamp(1, proposer.max_block_size()).min(left) - 1).min(needed);
+        let block = block.clamp(1, proposer.max_block_size());
+        let drafts_wanted = match self.whole_blocks {
+            true if left > 1 => block - 1,
+            _ => (block.min(left) - 1).min(needed),
+        };
         if drafts_wanted == 0 || run.context.is_empty() {
             // No room for a draft before the answer ends: plain steps, the
             // shadow still due for when there is.
@@ -349,7 +355,7 @@ impl Decoding<'_, '_> {
         let draft_ms = ms_since(clock);
         // The next plain step is timed from here: the draft is not its cost.
         run.mark = Instant::now();
-        let compare = drafts.len();
+        let compare = drafts.len().min(needed).min(left - 1);
         let from = run.emitter.ids.len();
         self.plain_steps(run, compare, request, sink)?;
         let matched = drafts

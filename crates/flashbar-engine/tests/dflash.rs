@@ -574,7 +574,14 @@ fn a_shadow_probe_starts_rounds_only_where_its_drafts_hold() {
     let mut plain_request = auto.clone();
     plain_request.speculation = Speculation::Off;
     let (plain, _) = run(&engine, &plain_request);
-    for (wrong_at, rounds_follow) in [(None, true), (Some(0), false), (Some(2), false)] {
+    // With whole blocks (GPUs) the shadow drafts a whole block and compares
+    // the same 4.
+    let cases = [(None, true), (Some(0), false), (Some(2), false)];
+    for (whole_blocks, (wrong_at, rounds_follow)) in [false, true]
+        .into_iter()
+        .flat_map(|whole| cases.map(|case| (whole, case)))
+    {
+        engine.set_whole_blocks(whole_blocks);
         engine.set_gate(floored_where_rounds_are_dear());
         let mut oracle = Oracle::right(&plain.token_ids, 8);
         oracle.wrong_at = wrong_at;
