@@ -105,8 +105,8 @@ pub enum Plan {
     /// Plain steps: this many before asking again.
     Plain(usize),
     Dflash,
-    /// A shadow probe: draft one block, decode plainly, and report what a
-    /// round would have committed ([`Gate::observe_shadow`]).
+    /// A shadow probe: draft as a round would, decode plainly, and report
+    /// what the round would have committed ([`Gate::observe_shadow`]).
     Shadow,
 }
 
@@ -213,24 +213,27 @@ impl Gate {
         if self.state == GateState::Floored {
             if self.probe_is_cheap() {
                 self.enter_speculation();
-            } else if self.shadow_is_cheap() {
+            } else if self.shadows_apply() && self.shadow_affordable() {
                 self.shadow_due = true;
             }
         }
     }
 
-    /// A shadow probe can judge (a round's cost is known) and the credit
-    /// is not spent: it keeps shadows to `probe_budget` of the tokens
-    /// committed however their drafts cost (a draft after a long prompt
-    /// first reads up to the drafter's window of context, about twice a
-    /// steady one here). Within a request, after failed shadows, a shadow
-    /// waits for credit for as many drafts as failed (text that keeps
-    /// failing is probed less often); a new request is new text.
-    fn shadow_is_cheap(&self) -> bool {
+    /// A probe would be a shadow: shadows are on and a round's cost is
+    /// known to judge one by (callers ask where a real probe is dear).
+    fn shadows_apply(&self) -> bool {
+        self.config.shadow_probes && self.round_steps.is_some()
+    }
+
+    /// The shadow credit is not spent: it keeps shadows to `probe_budget`
+    /// of the tokens committed however their drafts cost (a draft after a
+    /// long prompt first reads up to the drafter's window of context, about
+    /// twice a steady one here). Within a request, after failed shadows, a
+    /// shadow waits for credit for as many drafts as failed (text that
+    /// keeps failing is probed less often); a new request is new text.
+    fn shadow_affordable(&self) -> bool {
         let wait = self.shadow_failures.min(MAX_SHADOW_WAIT) as f64;
-        self.config.shadow_probes
-            && self.round_steps.is_some()
-            && self.shadow_credit >= wait * self.draft_steps.unwrap_or(0.0)
+        self.shadow_credit >= wait * self.draft_steps.unwrap_or(0.0)
     }
 
     /// `committed` tokens were committed: shadow credit for each.
@@ -357,20 +360,14 @@ impl Gate {
             GateState::Floored if !self.shadow_due => {
                 self.floored_left = self.floored_left.saturating_sub(1);
                 if self.floored_left == 0 {
-                    // A dear probe goes first as a shadow, once a round's
-                    // cost is known to judge it by, and when the credit
+                    // A dear probe goes first as a shadow, when the credit
                     // covers it (else another first backoff's wait).
-                    if self.config.shadow_probes
-                        && !self.probe_is_cheap()
-                        && self.round_steps.is_some()
-                    {
-                        if self.shadow_is_cheap() {
-                            self.shadow_due = true;
-                        } else {
-                            self.floored_left = self.config.first_backoff;
-                        }
-                    } else {
+                    if self.probe_is_cheap() || !self.shadows_apply() {
                         self.enter_speculation();
+                    } else if self.shadow_affordable() {
+                        self.shadow_due = true;
+                    } else {
+                        self.floored_left = self.config.first_backoff;
                     }
                 }
             }
