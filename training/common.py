@@ -260,3 +260,33 @@ def write_token_stream(tokenizer, path: Path, max_bytes: float):
         ids.extend(encoding.ids + [eot])
     stream = np.asarray(ids, dtype=np.int32)
     np.savez(path, train=stream, valid=stream[:0])
+
+
+# Lines that open what people ask a code model to continue: a definition, a
+# loop or branch, a docstring, a comment (bench/acceptance.py's prompts end
+# on such lines).
+OPENERS = ("def ", "async def ", "class ", "for ", "while ", "if ", "with ", "try:", '"""', "'''", "#")
+
+
+def line_end_windows(stream, tokenizer, prompt: int):
+    """End positions (exclusive) in `stream` of `prompt`-token windows that
+    end right after a line opening a block (`OPENERS`, after its
+    indentation): the token holding that line's newline is the window's
+    last (byte-level BPE may join the next line's indentation to it). Such
+    windows read like the prompts people write ("def fib(n):\\n"), where
+    random ones mostly end mid-line."""
+    import numpy as np
+
+    texts = [tokenizer.decode([i], skip_special_tokens=False) for i in range(tokenizer.get_vocab_size())]
+    ends, line = [], ""
+    for at, token in enumerate(stream.tolist()):
+        text = texts[token]
+        if "\n" not in text:
+            line += text
+            continue
+        head, _, tail = text.rpartition("\n")
+        line += head.split("\n", 1)[0]
+        if at + 1 >= prompt and line.lstrip().startswith(OPENERS):
+            ends.append(at + 1)
+        line = tail
+    return np.asarray(ends, dtype=np.int64)

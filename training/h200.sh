@@ -29,7 +29,9 @@
 #        folder) trains drafter-TAG on them for --steps 8000 (~19 ms a step)
 #        unless ARGS say otherwise (e.g. --lr 3e-4); other shards' caches in
 #        $work are moved to $work/used first, so only the new rows are read
-#        (docs/acceptance.md, "Two more fine-tunes").
+#        (docs/acceptance.md, "Two more fine-tunes"). PROMPT_AT=line draws
+#        the prompts as windows ending where a line opens a block
+#        (torch_distill.py --prompt-at line) instead of random windows.
 # Each step fits one 10-minute call; outputs land in /tmp/flashbar-train and,
 # packed in parts under 16 MB, in $OUT (tar xf of the joined parts unpacks them).
 set -euo pipefail
@@ -142,7 +144,7 @@ case $step in
       [ -e "$cache" ] && [ "$cache" != "$work/sequences-shard-$shard.npz" ] && mv "$cache" "$work/used/"
     done
     (cd training && python3 torch_distill.py "$work" --shard "$shard" --sequences 49152 --batch 4096 \
-      --deadline $((began + 130))) 2>&1 | tail -2
+      --prompt-at "${PROMPT_AT:-window}" --deadline $((began + 130))) 2>&1 | tail -3
     python3 training/train_drafter.py "$work" --init "$init" --tag "$tag" --lr 5e-4 --tap-batch 512 \
       --sequences 49152 --steps 8000 --deadline $((began + 570)) "$@" 2>&1 | tee "$OUT/drafter-$tag.log" | tail -5
     tar -C "$work" -cf - "drafter-$tag" "train_drafter-$tag.json" | split -b 15M - "$OUT/drafters.tar.part-"

@@ -2,6 +2,7 @@
 
     python training/torch_distill.py OUT --shard K [--sequences N] [--batch 2048]
                                           [--target DIR] [--deadline UNIX_TIME]
+                                          [--prompt-at window|line]
 
 Writes OUT/sequences-shard-K.npz in the format `train_drafter.py` reads
 (same prompts stream, same share of sampled rows, same metadata), so a
@@ -204,6 +205,10 @@ def main():
     parser.add_argument("--generate", type=int, default=192)
     parser.add_argument("--sampled-fraction", type=float, default=0.125)
     parser.add_argument("--deadline", type=float, default=0.0, help="unix time; stop starting batches after it")
+    parser.add_argument("--prompt-at", choices=("window", "line"), default="window",
+                        help="window: prompts are random corpus windows; line: windows ending right "
+                             "after a line that opens a block (common.line_end_windows), drawn "
+                             "without repeats, like the prompts people write")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # f32 products, as MLX's
@@ -220,11 +225,20 @@ def main():
     rng = np.random.default_rng(shard_entropy(args.seed, args.shard))
     generator = torch.Generator(device=args.device).manual_seed(args.seed * 1000 + 1 + args.shard)
     began, out = time.time(), []
+    if args.prompt_at == "line":
+        ends = common.line_end_windows(stream, common.load_tokenizer(target_dir), args.prompt)
+        if len(ends) < args.sequences:
+            raise SystemExit(f"only {len(ends)} line-end windows for {args.sequences} sequences")
+        line_starts = rng.choice(ends, size=args.sequences, replace=False) - args.prompt
+        print(f"{len(ends)} line-end windows in {time.time() - began:.1f} s", flush=True)
     for first in range(0, args.sequences, args.batch):
         if first and args.deadline and time.time() > args.deadline:
             break
         n = min(args.batch, args.sequences - first)
-        starts = rng.integers(0, stream.size - args.prompt, size=n)
+        if args.prompt_at == "line":
+            starts = line_starts[first:first + n]
+        else:
+            starts = rng.integers(0, stream.size - args.prompt, size=n)
         prompts = np.stack([stream[s:s + args.prompt] for s in starts])
         sampled = np.array([is_sampled(i, args.sampled_fraction) for i in range(first, first + n)])
         t0 = time.time()
@@ -237,6 +251,7 @@ def main():
             "temperature": SAMPLING_TEMPERATURE, "smoke": False,
             "target": common.sha256(next(iter(sorted(target_dir.glob("model*.safetensors"))))),
             "shard": args.shard, "backend": f"torch {torch.__version__} {args.device}",
+            "prompt_at": args.prompt_at,
             "cut_by_deadline": len(sequences) < args.sequences}
     path = args.out / f"sequences-shard-{args.shard}.npz"
     np.savez(path, sequences=sequences, meta=json.dumps(meta))

@@ -170,3 +170,21 @@ def test_torch_generator_follows_the_mlx_target(quantized):
     drawn = generate(ours, rows[:, :8], 12, np.ones(3, bool), torch.Generator().manual_seed(0))
     assert drawn.shape == (3, 20) and ((drawn >= 0) & (drawn < 300)).all()
     assert (drawn[:, :8] == rows[:, :8]).all()
+
+
+def test_line_end_windows_end_where_a_block_opens():
+    # The prompts people write end on a line that opens a block; the
+    # distillation can draw its windows there (torch_distill.py --prompt-at line).
+    import numpy as np
+
+    tokenizer = common.load_tokenizer(ROOT / "models" / "default" / "target")
+    text = ("import os\n\n\ndef fib(n):\n    if n < 2:\n        return n\n"
+            "    return fib(n - 1)  # for the test\n\n\nclass Stack:\n    \"\"\"A stack.\"\"\"\n"
+            "    x = 1\n")
+    ids = np.asarray(tokenizer.encode(text).ids)
+    ends = common.line_end_windows(ids, tokenizer, 1)
+    heads = [tokenizer.decode(ids[:end].tolist()) for end in ends]
+    opened = [head.rstrip(" ").rsplit("\n", 2)[-2].strip() for head in heads]
+    assert opened == ["def fib(n):", "if n < 2:", "class Stack:", '"""A stack."""'], heads
+    # A window must fit before its end: none ends inside the first 10 tokens.
+    assert all(end >= 10 for end in common.line_end_windows(ids, tokenizer, 10))
