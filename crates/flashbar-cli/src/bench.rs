@@ -54,6 +54,8 @@ struct PromptReport {
     decode_tokens_per_second: f64,
     /// The tokens plain decoding generated (the last repeat).
     token_ids: Vec<u32>,
+    /// Every step of plain decoding's last run, beside the modes' rounds.
+    plain_rounds: Vec<RoundStats>,
     /// Speculation "dflash" (every round) and "auto" (the gate decides).
     #[serde(skip_serializing_if = "Option::is_none")]
     dflash: Option<SpecReport>,
@@ -159,9 +161,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         let (mut fast_log, mut auto_log) = (RoundLog::default(), RoundLog::default());
         let (mut fast_first, mut auto_first) = (Vec::new(), Vec::new());
         let (mut plain_ids, mut fast_ids, mut auto_ids) = (Vec::new(), Vec::new(), Vec::new());
+        let mut plain_log = RoundLog::default();
         // Interleaved, so drift (heat, other load) hits every mode alike.
         for repeat in 0..args.repeats.max(1) {
-            let plain = run_once(prompt, args.max_tokens, Speculation::Off)?;
+            plain_log = RoundLog::default();
+            let plain = run_logged(prompt, args.max_tokens, Speculation::Off, &mut plain_log)?;
             runs.push(plain.stats);
             plain_ids = plain.token_ids;
             if engine.drafter().is_some() {
@@ -232,6 +236,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             prefill_tokens_per_second: median(&|s| s.prompt_tokens as f64 / s.prompt_seconds),
             decode_tokens_per_second: plain_speed,
             token_ids: plain_ids,
+            plain_rounds: plain_log.0,
             dflash,
             auto,
         });

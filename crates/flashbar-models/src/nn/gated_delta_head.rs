@@ -106,17 +106,27 @@ impl HostHead {
 host::vectorized! {
     /// The causal depthwise conv over `input` `[K-1+T, C]` by `w` `[C, K]`,
     /// each output the taps' products summed in order from zero and rounded
-    /// to bf16, then mlx-rs's silu in bf16: `[T, C]`.
+    /// to bf16, then mlx-rs's silu in bf16: `[T, C]`. The taps are read by
+    /// rows (`w` transposed to `[K, C]`), so the adds run across channels in
+    /// vector registers, each channel's sum in the same order.
     pub fn conv_silu(input: &[f32], w: &[f32], kernel: usize, c: usize) -> Vec<f32> {
         let t = input.len() / c + 1 - kernel;
+        let mut taps = vec![0f32; kernel * c];
+        for (ch, row) in w.chunks_exact(kernel).enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                taps[j * c + ch] = v;
+            }
+        }
         let mut out = vec![0f32; t * c];
         for (i, row) in out.chunks_exact_mut(c).enumerate() {
-            for (ch, o) in row.iter_mut().enumerate() {
-                let mut sum = 0f32;
-                for j in 0..kernel {
-                    sum += input[(i + j) * c + ch] * w[ch * kernel + j];
+            for (j, tap) in taps.chunks_exact(c).enumerate() {
+                let inputs = &input[(i + j) * c..(i + j + 1) * c];
+                for ((o, &x), &wv) in row.iter_mut().zip(inputs).zip(tap) {
+                    *o += x * wv;
                 }
-                *o = round_bf16(sum);
+            }
+            for o in row.iter_mut() {
+                *o = round_bf16(*o);
             }
         }
         let ones = vec![0f32; out.len()];

@@ -59,15 +59,53 @@ pub(super) fn round_bf16_finite(x: f32) -> f32 {
     f32::from_bits(u.wrapping_add(0x7FFF + ((u >> 16) & 1)) & 0xFFFF_0000)
 }
 
+/// Binary exponents `[lo, hi]` of the non-zero magnitudes the pair
+/// products take: every such value is a multiple of 2^-63 and below 2^49,
+/// so every product is a multiple of 2^-126 and below 2^98, every partial
+/// sum of up to 2^20 of them a multiple of 2^-126 (0 or normal: an f32
+/// below 2^-102 that is such a multiple is exact, above it its spacing is
+/// one) and finite.
+pub const PAIR_RANGE: (i32, i32) = (-56, 48);
+
+/// Whether every value is a bf16 value (as an f32: its low 16 bits zero)
+/// that is zero or of a magnitude within [`PAIR_RANGE`].
+pub fn in_pair_range(values: &[f32]) -> bool {
+    values.iter().all(|v| pair_bits_ok(v.to_bits()))
+}
+
+/// [`in_pair_range`] of bf16 values.
+pub fn bf16_in_pair_range(values: &[bf16]) -> bool {
+    values
+        .iter()
+        .all(|v| pair_bits_ok(u32::from(v.to_bits()) << 16))
+}
+
+#[inline(always)]
+fn pair_bits_ok(bits: u32) -> bool {
+    let exponent = ((bits >> 23) & 0xFF) as i32 - 127;
+    bits & 0xFFFF == 0
+        && (bits & 0x7FFF_FFFF == 0 || (PAIR_RANGE.0..=PAIR_RANGE.1).contains(&exponent))
+}
+
 /// Which vector kernels [`columns_range`] runs: set at run time, the same
-/// bits whichever runs (`FLASHBAR_HOST_SIMD=avx2|scalar` forces a narrower
-/// one, for the tests that compare them).
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// bits whichever runs (`FLASHBAR_HOST_SIMD=avx512|avx2|scalar` forces a
+/// narrower one, for the tests that compare them).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(super) enum Simd {
     Scalar,
     Avx2,
     Avx512,
+    /// [`Simd::Avx512`], with the fused sums by bf16 pair products where
+    /// the inputs and weights allow ([`pairs_apply`]).
+    Avx512Bf16,
+}
+
+impl Simd {
+    /// Whether the AVX-512 kernels run (alone or beside the pair products).
+    pub(super) fn avx512(self) -> bool {
+        matches!(self, Simd::Avx512 | Simd::Avx512Bf16)
+    }
 }
 
 pub(super) fn simd() -> Simd {
@@ -84,6 +122,8 @@ pub(super) fn simd() -> Simd {
             match forced.as_deref() {
                 Some("scalar") => Simd::Scalar,
                 Some("avx2") if avx2 => Simd::Avx2,
+                Some("avx512") if avx512 => Simd::Avx512,
+                _ if avx512 && columns_pairs::available() => Simd::Avx512Bf16,
                 _ if avx512 => Simd::Avx512,
                 _ if avx2 => Simd::Avx2,
                 _ => Simd::Scalar,
@@ -97,9 +137,25 @@ pub(super) fn simd() -> Simd {
     })
 }
 
+/// Whether weights summed as `sum` may ever take the pair products here:
+/// [`HostMatrix::columns`] checks their range only then.
+pub fn pairs_may_run(sum: ColumnSum) -> bool {
+    sum == ColumnSum::Fused && simd() == Simd::Avx512Bf16
+}
+
+/// Whether [`matmul_columns`] takes the pair products for these inputs and
+/// weights (the weights' [`bf16_in_pair_range`], checked once when they
+/// load): fused sums on even k with every input in range, where they give
+/// the fused kernels' bits (docs/cpu.md, "bf16 pair products").
+pub fn pairs_apply(x: &[f32], k: usize, sum: ColumnSum, weights_in_range: bool) -> bool {
+    weights_in_range && k.is_multiple_of(2) && pairs_may_run(sum) && in_pair_range(x)
+}
+
 /// Columns `[c0, c1)` (`c0` a multiple of [`PANEL`]) of every row of `x`
 /// `[rows, k]` by the panels `w`, into `out` `[rows, c1 - c0]`, by the
-/// widest kernel this CPU has ([`Simd`]).
+/// widest kernel this CPU has ([`Simd`]); by the pair products where
+/// given `x` as their words (`pairs`: where [`pairs_apply`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn columns_range(
     x: &[f32],
     k: usize,
@@ -108,6 +164,7 @@ pub(super) fn columns_range(
     sum: ColumnSum,
     out: &mut [f32],
     kernels: Simd,
+    pairs: Option<&[u32]>,
 ) {
     // The kernels place a panel's columns at `panel * PANEL - c0`: another
     // start would wrap that offset (in release) past their bounds checks.
@@ -116,13 +173,16 @@ pub(super) fn columns_range(
     let width = c1 - c0;
     #[cfg(target_arch = "x86_64")]
     let c = match kernels {
-        Simd::Avx512 => columns_x86::range_avx512(x, k, w, (c0, c1), sum, out),
+        Simd::Avx512Bf16 if pairs.is_some() => {
+            columns_pairs::range(pairs.unwrap_or_default(), k, w, (c0, c1), out)
+        }
+        Simd::Avx512 | Simd::Avx512Bf16 => columns_x86::range_avx512(x, k, w, (c0, c1), sum, out),
         Simd::Avx2 => columns_x86::range_avx2(x, k, w, (c0, c1), sum, out),
         Simd::Scalar => c0,
     };
     #[cfg(not(target_arch = "x86_64"))]
     let c = {
-        let _ = kernels;
+        let _ = (kernels, pairs);
         c0
     };
     for m in 0..rows {
@@ -137,9 +197,26 @@ pub(super) fn columns_range(
 /// `W` `[n, k]` stored as panels (`w`: [`to_panels`]), summed as `sum`
 /// says (MLX's CPU kernels for bf16 inputs). Each output is its own
 /// sequential sum, so it is the same however many rows come together;
-/// threads take blocks of columns.
-pub fn matmul_columns(x: &[f32], w: &[bf16], k: usize, n: usize, sum: ColumnSum, out: &mut [f32]) {
+/// threads take blocks of columns. `weights_in_range`: the weights'
+/// [`bf16_in_pair_range`], which lets the fused sums take the pair
+/// products (the same bits).
+pub fn matmul_columns(
+    x: &[f32],
+    w: &[bf16],
+    (k, n): (usize, usize),
+    sum: ColumnSum,
+    weights_in_range: bool,
+    out: &mut [f32],
+) {
     let rows = x.len() / k;
+    #[cfg(target_arch = "x86_64")]
+    let words = pairs_apply(x, k, sum, weights_in_range).then(|| columns_pairs::pair_words(x));
+    #[cfg(not(target_arch = "x86_64"))]
+    let words: Option<Vec<u32>> = {
+        let _ = weights_in_range;
+        None
+    };
+    let pairs = words.as_deref();
     debug_assert_eq!(out.len(), rows * n);
     debug_assert!(w.len() >= n.div_ceil(PANEL) * PANEL * k);
     let block = if rows * n * k < PARALLEL_FROM {
@@ -149,7 +226,7 @@ pub fn matmul_columns(x: &[f32], w: &[bf16], k: usize, n: usize, sum: ColumnSum,
         (n.div_ceil(pool::threads() * 4)).div_ceil(4 * PANEL) * 4 * PANEL
     };
     if block >= n {
-        columns_range(x, k, w, (0, n), sum, out, simd());
+        columns_range(x, k, w, (0, n), sum, out, simd(), pairs);
         return;
     }
     let mut parts: Vec<(usize, Vec<f32>)> = (0..n.div_ceil(block))
@@ -158,7 +235,7 @@ pub fn matmul_columns(x: &[f32], w: &[bf16], k: usize, n: usize, sum: ColumnSum,
     pool::each(parts.iter_mut().collect(), |(c0, part)| {
         let c1 = (*c0 + block).min(n);
         *part = vec![0f32; rows * (c1 - *c0)];
-        columns_range(x, k, w, (*c0, c1), sum, part, simd());
+        columns_range(x, k, w, (*c0, c1), sum, part, simd(), pairs);
     });
     for (c0, part) in parts {
         let width = part.len() / rows;

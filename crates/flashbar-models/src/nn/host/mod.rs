@@ -64,6 +64,8 @@ pub(crate) fn avx2_fma() -> bool {
 mod attention;
 mod columns;
 #[cfg(target_arch = "x86_64")]
+mod columns_pairs;
+#[cfg(target_arch = "x86_64")]
 mod columns_x86;
 mod gates;
 mod kv;
@@ -190,6 +192,9 @@ pub struct HostMatrix {
     /// Outputs (n) and inputs (k) of the map.
     pub n: usize,
     pub k: usize,
+    /// Column weights whose values the pair products take
+    /// ([`bf16_in_pair_range`]; checked only where they can run).
+    pub pair_range: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,16 +218,20 @@ impl HostMatrix {
             k: weight.shape()[1] as usize,
             weight,
             layout: Layout::Rows,
+            pair_range: false,
         })
     }
 
     /// `values` `[n, k]` (bf16 values) stored as bf16 panels, summed as `sum` says.
     pub fn columns(values: &Array, sum: ColumnSum) -> Result<Self> {
+        let weight = to_panels(values)?;
+        let pair_range = pairs_may_run(sum) && bf16_in_pair_range(weight.as_slice::<bf16>());
         Ok(HostMatrix {
             n: values.shape()[0] as usize,
             k: values.shape()[1] as usize,
-            weight: to_panels(values)?,
+            weight,
             layout: Layout::Columns(sum),
+            pair_range,
         })
     }
 
@@ -306,7 +315,8 @@ impl HostMatrix {
                 } else {
                     sum
                 };
-                matmul_columns(xs, self.weight.as_slice::<bf16>(), k, n, sum, &mut out)
+                let w = self.weight.as_slice::<bf16>();
+                matmul_columns(xs, w, (k, n), sum, self.pair_range, &mut out)
             }
         }
         out

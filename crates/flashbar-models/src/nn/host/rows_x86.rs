@@ -65,7 +65,7 @@ pub(super) fn tiles<W: HostWeight>(
     put: &mut dyn FnMut(usize, usize, f32),
 ) -> usize {
     let (rows, count) = (x.len() / k, ws.len() / k);
-    if rows < ROW_BLOCK || simd() != Simd::Avx512 {
+    if rows < ROW_BLOCK || !simd().avx512() {
         return 0;
     }
     let (row, wr) = (

@@ -79,7 +79,7 @@ fn column_kernels_at(shapes: &[(usize, usize)]) {
                         continue;
                     }
                     let mut out = vec![0f32; rows * n];
-                    columns_range(&x, k, panels, (0, n), sum, &mut out, kernels);
+                    columns_range(&x, k, panels, (0, n), sum, &mut out, kernels, None);
                     let same = out
                         .iter()
                         .zip(&want)
@@ -87,11 +87,158 @@ fn column_kernels_at(shapes: &[(usize, usize)]) {
                     assert!(same, "{n}x{k}, {rows} rows, {sum:?}");
                 }
                 let mut out = vec![0f32; rows * n];
-                matmul_columns(&x, panels, k, n, sum, &mut out);
+                matmul_columns(
+                    &x,
+                    panels,
+                    (k, n),
+                    sum,
+                    bf16_in_pair_range(panels),
+                    &mut out,
+                );
                 assert_eq!(out, want, "{n}x{k}, {rows} rows, {sum:?}, threaded");
             }
+            #[cfg(target_arch = "x86_64")]
+            pair_products_at(panels, (n, k), rows);
         }
     }
+}
+
+/// Where this CPU has the bf16 pair products (docs/cpu.md, "bf16 pair
+/// products"): on bf16 inputs, the models' activations, every blocking of
+/// them gives the fused sums' bits, alone and threaded through
+/// [`matmul_columns`], which takes them there.
+#[cfg(target_arch = "x86_64")]
+fn pair_products_at(panels: &[bf16], (n, k): (usize, usize), rows: usize) {
+    if simd() != Simd::Avx512Bf16 || k % 2 == 1 {
+        return;
+    }
+    let x = bf16_values(rows * k, 2.0, 1.9);
+    let want: Vec<f32> = (0..rows)
+        .flat_map(|m| {
+            let row = &x[m * k..(m + 1) * k];
+            (0..n).map(move |c| column_scalar(row, panels, c, ColumnSum::Fused))
+        })
+        .collect();
+    let mut out = vec![0f32; rows * n];
+    columns_range(
+        &x,
+        k,
+        panels,
+        (0, n),
+        ColumnSum::Fused,
+        &mut out,
+        Simd::Avx512Bf16,
+        Some(&columns_pairs::pair_words(&x)),
+    );
+    let same = out
+        .iter()
+        .zip(&want)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(same, "{n}x{k}, {rows} rows, pair products");
+    assert!(pairs_apply(
+        &x,
+        k,
+        ColumnSum::Fused,
+        bf16_in_pair_range(panels)
+    ));
+    let mut out = vec![0f32; rows * n];
+    matmul_columns(&x, panels, (k, n), ColumnSum::Fused, true, &mut out);
+    assert_eq!(out, want, "{n}x{k}, {rows} rows, pair products threaded");
+}
+
+/// The range the pair products take: bf16 values (as f32) that are zero or
+/// of a magnitude 2^-56 to below 2^49; nothing off the bf16 grid, nothing
+/// that could make a subnormal or infinite product or sum.
+#[test]
+fn the_pair_range_takes_bf16_values_of_ordinary_magnitude() {
+    let p = |e: i32| 2f32.powi(e);
+    for ok in [
+        0.0,
+        -0.0,
+        1.0,
+        -3.5,
+        p(-56),
+        -p(-56),
+        p(48) * 1.5,
+        0.007_812_5,
+    ] {
+        assert!(in_pair_range(&[ok]), "{ok:e}");
+        assert!(bf16_in_pair_range(&[bf16::from_f32(ok)]), "{ok:e}");
+    }
+    for bad in [
+        p(-57),
+        p(49),
+        f32::INFINITY,
+        f32::NAN,
+        p(-130),
+        1.0 + p(-10),
+    ] {
+        assert!(!in_pair_range(&[1.0, bad]), "{bad:e}");
+    }
+    for bad in [p(-57), p(49), f32::INFINITY, p(-130)] {
+        assert!(!bf16_in_pair_range(&[bf16::from_f32(bad)]), "{bad:e}");
+    }
+}
+
+/// Why the range is checked: with an input whose products fall below f32's
+/// normal range, the pair products (which flush subnormals to zero) give
+/// other bits than the fused sums, and [`matmul_columns`] therefore takes
+/// the fused kernels for it.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn subnormal_products_keep_the_fused_kernels() {
+    if simd() != Simd::Avx512Bf16 {
+        return;
+    }
+    let (n, k, rows) = (32, 64, 4);
+    let w: Vec<f32> = bf16_values(n * k, 1.0, 0.7)
+        .iter()
+        .map(|v| v * 2f32.powi(-60))
+        .collect();
+    let panels = to_panels(&Array::from_slice(&w, &[n as i32, k as i32])).unwrap();
+    let panels = panels.as_slice::<bf16>();
+    let x: Vec<f32> = bf16_values(rows * k, 2.0, 1.9)
+        .iter()
+        .map(|v| v * 2f32.powi(-70))
+        .collect();
+    let want: Vec<f32> = (0..rows)
+        .flat_map(|m| {
+            let row = &x[m * k..(m + 1) * k];
+            (0..n).map(move |c| column_scalar(row, panels, c, ColumnSum::Fused))
+        })
+        .collect();
+    assert!(
+        want.iter().any(|v| *v != 0.0),
+        "the fused sums keep the subnormal products"
+    );
+    let mut forced = vec![0f32; rows * n];
+    columns_range(
+        &x,
+        k,
+        panels,
+        (0, n),
+        ColumnSum::Fused,
+        &mut forced,
+        Simd::Avx512Bf16,
+        Some(&columns_pairs::pair_words(&x)),
+    );
+    assert_ne!(forced, want, "pair products flush what the fused sums keep");
+    assert!(!pairs_apply(
+        &x,
+        k,
+        ColumnSum::Fused,
+        bf16_in_pair_range(panels)
+    ));
+    let mut out = vec![0f32; rows * n];
+    matmul_columns(
+        &x,
+        panels,
+        (k, n),
+        ColumnSum::Fused,
+        bf16_in_pair_range(panels),
+        &mut out,
+    );
+    assert_eq!(out, want);
 }
 
 /// With bf16 inputs (the models' activations) each product of two bf16
@@ -108,7 +255,7 @@ fn fused_sums_of_bf16_inputs_are_the_unfused_sums() {
     let panels = panels.as_slice::<bf16>();
     let product = |x: &[f32], sum| {
         let mut out = vec![0f32; x.len() / k * n];
-        matmul_columns(x, panels, k, n, sum, &mut out);
+        matmul_columns(x, panels, (k, n), sum, bf16_in_pair_range(panels), &mut out);
         out
     };
     for rows in [1, 16] {
