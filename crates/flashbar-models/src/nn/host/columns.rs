@@ -151,8 +151,51 @@ pub fn pairs_apply(x: &[f32], k: usize, sum: ColumnSum, weights_in_range: bool) 
     weights_in_range && k.is_multiple_of(2) && pairs_may_run(sum) && in_pair_range(x)
 }
 
+/// The outputs `[rows, stride]` of one product, which the parts of it
+/// (blocks of columns, on several threads) write in place: each part
+/// writes only its own columns, through this pointer (one `&mut` per part
+/// would alias), checked against `len` at every store.
+#[derive(Clone, Copy)]
+pub(super) struct Outputs {
+    ptr: *mut f32,
+    len: usize,
+    /// Outputs a row: the product's n.
+    pub(super) stride: usize,
+}
+
+// SAFETY: the parts of a product write disjoint columns, and the slice
+// outlives them (`matmul_columns` returns after `pool::each`).
+unsafe impl Send for Outputs {}
+unsafe impl Sync for Outputs {}
+
+impl Outputs {
+    pub(super) fn new(out: &mut [f32], stride: usize) -> Self {
+        Outputs {
+            ptr: out.as_mut_ptr(),
+            len: out.len(),
+            stride,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(super) fn as_mut_ptr(&self) -> *mut f32 {
+        self.ptr
+    }
+
+    /// Writes output `(row, col)`.
+    fn put(&self, row: usize, col: usize, value: f32) {
+        let at = row * self.stride + col;
+        assert!(col < self.stride && at < self.len);
+        // SAFETY: in bounds (just checked); no other part writes `col`.
+        unsafe { *self.ptr.add(at) = value };
+    }
+}
+
 /// Columns `[c0, c1)` (`c0` a multiple of [`PANEL`]) of every row of `x`
-/// `[rows, k]` by the panels `w`, into `out` `[rows, c1 - c0]`, by the
+/// `[rows, k]` by the panels `w`, into those columns of `out`, by the
 /// widest kernel this CPU has ([`Simd`]); by the pair products where
 /// given `x` as their words (`pairs`: where [`pairs_apply`]).
 #[allow(clippy::too_many_arguments)]
@@ -162,15 +205,13 @@ pub(super) fn columns_range(
     w: &[bf16],
     (c0, c1): (usize, usize),
     sum: ColumnSum,
-    out: &mut [f32],
+    out: Outputs,
     kernels: Simd,
     pairs: Option<&[u32]>,
 ) {
-    // The kernels place a panel's columns at `panel * PANEL - c0`: another
-    // start would wrap that offset (in release) past their bounds checks.
     assert!(c0.is_multiple_of(PANEL), "column block at {c0}");
+    assert!(c1 <= out.stride && x.len() / k * out.stride <= out.len());
     let rows = x.len() / k;
-    let width = c1 - c0;
     #[cfg(target_arch = "x86_64")]
     let c = match kernels {
         Simd::Avx512Bf16 if pairs.is_some() => {
@@ -188,7 +229,7 @@ pub(super) fn columns_range(
     for m in 0..rows {
         let row = &x[m * k..(m + 1) * k];
         for col in c..c1 {
-            out[m * width + col - c0] = column_scalar(row, w, col, sum);
+            out.put(m, col, column_scalar(row, w, col, sum));
         }
     }
 }
@@ -225,24 +266,16 @@ pub fn matmul_columns(
         // A few blocks of whole 32-column strips per thread.
         (n.div_ceil(pool::threads() * 4)).div_ceil(4 * PANEL) * 4 * PANEL
     };
+    assert_eq!(out.len(), rows * n);
+    let out = Outputs::new(out, n);
     if block >= n {
         columns_range(x, k, w, (0, n), sum, out, simd(), pairs);
         return;
     }
-    let mut parts: Vec<(usize, Vec<f32>)> = (0..n.div_ceil(block))
-        .map(|b| (b * block, Vec::new()))
-        .collect();
-    pool::each(parts.iter_mut().collect(), |(c0, part)| {
-        let c1 = (*c0 + block).min(n);
-        *part = vec![0f32; rows * (c1 - *c0)];
-        columns_range(x, k, w, (*c0, c1), sum, part, simd(), pairs);
+    let starts: Vec<usize> = (0..n).step_by(block).collect();
+    pool::each(starts, |c0| {
+        columns_range(x, k, w, (c0, (c0 + block).min(n)), sum, out, simd(), pairs);
     });
-    for (c0, part) in parts {
-        let width = part.len() / rows;
-        for m in 0..rows {
-            out[m * n + c0..m * n + c0 + width].copy_from_slice(&part[m * width..(m + 1) * width]);
-        }
-    }
 }
 
 /// `values` `[n, k]` as bf16 panels `[ceil(n / PANEL), k, PANEL]` (the

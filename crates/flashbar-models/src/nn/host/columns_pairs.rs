@@ -51,7 +51,7 @@ fn self_check() -> bool {
         .collect();
     let x: Vec<f32> = (0..rows * k).map(|_| value(20)).collect();
     let mut out = vec![0f32; rows * n];
-    range(&pair_words(&x), k, &w, (0, n), &mut out);
+    range(&pair_words(&x), k, &w, (0, n), Outputs::new(&mut out, n));
     (0..rows).all(|m| {
         (0..n).all(|c| {
             let want = column_scalar(&x[m * k..(m + 1) * k], &w, c, ColumnSum::Fused);
@@ -84,7 +84,7 @@ unsafe fn strip<const R: usize, const B: usize>(
     rows: [usize; R],
     w: &[bf16],
     p0: usize,
-    out: &mut [f32],
+    out: Outputs,
     out_cols: usize,
     out_c0: usize,
 ) {
@@ -137,7 +137,7 @@ const AHEAD: usize = 128;
 
 /// Columns `[c0, c1)` (`c0` a multiple of [`PANEL`]) of every row of `xp`
 /// (`[rows, k]` as [`pair_words`]; every value and weight [`in_pair_range`]) into
-/// `out` `[rows, c1 - c0]`: whole panels in blocks of eight rows by three
+/// those columns of `out`: whole panels in blocks of eight rows by three
 /// panels (24 sums in flight, each permuted weight register shared by
 /// eight rows; the fastest block on a Zen 4 core, 112 G multiply-adds/s
 /// against the fused kernels' 58), narrower ones for the rest and for a
@@ -147,20 +147,20 @@ pub(super) fn range(
     k: usize,
     w: &[bf16],
     (c0, c1): (usize, usize),
-    out: &mut [f32],
+    out: Outputs,
 ) -> usize {
     assert!(k.is_multiple_of(2) && c0.is_multiple_of(PANEL));
     let half = k / 2;
     let rows = xp.len() / half;
-    let width = c1 - c0;
-    let (first, end) = (c0 / PANEL, c0 / PANEL + width / PANEL);
+    let width = out.stride;
+    let (first, end) = (c0 / PANEL, c1 / PANEL);
     macro_rules! run {
         ($r:literal, $b:literal, $m:expr, $p:expr) => {{
             let block: [usize; $r] = std::array::from_fn(|i| $m + i);
             // SAFETY: the CPU has AVX-512F, BW and BF16 (`available`); the
             // kernel's asserts keep its loads inside `xp` and `w` and its
             // stores inside `out`.
-            unsafe { strip::<$r, $b>(xp, half, block, w, $p, out, width, $p * PANEL - c0) }
+            unsafe { strip::<$r, $b>(xp, half, block, w, $p, out, width, $p * PANEL) }
         }};
     }
     let mut p = first;

@@ -93,7 +93,7 @@ pub(super) unsafe fn panels_avx2<const R: usize, const P: usize, const SUM: u8>(
     rows: [usize; R],
     w: &[bf16],
     p0: usize,
-    out: &mut [f32],
+    out: Outputs,
     out_cols: usize,
     out_c0: usize,
 ) {
@@ -153,7 +153,7 @@ pub(super) unsafe fn strip_avx512<const R: usize, const B: usize, const SUM: u8>
     rows: [usize; R],
     w: &[bf16],
     p0: usize,
-    out: &mut [f32],
+    out: Outputs,
     out_cols: usize,
     out_c0: usize,
 ) {
@@ -192,7 +192,7 @@ pub(super) unsafe fn strip_avx512<const R: usize, const B: usize, const SUM: u8>
 }
 
 /// Columns `[c0, c1)` (`c0` a multiple of [`PANEL`]) of every row of `x`
-/// `[rows, k]` into `out` `[rows, c1 - c0]`, every whole panel by AVX-512
+/// `[rows, k]` into those columns of `out`, every whole panel by AVX-512
 /// blocks: sixteen rows by one register (sixteen sums in flight, one
 /// widened weight load per sixteen products), then eight or four rows by
 /// two, the rest one by one (a decode step: one row by four registers).
@@ -203,15 +203,15 @@ pub(super) fn range_avx512(
     w: &[bf16],
     (c0, c1): (usize, usize),
     sum: ColumnSum,
-    out: &mut [f32],
+    out: Outputs,
 ) -> usize {
     let rows = x.len() / k;
-    let width = c1 - c0;
-    let (first, end) = (c0 / PANEL, c0 / PANEL + width / PANEL);
+    let width = out.stride;
+    let (first, end) = (c0 / PANEL, c1 / PANEL);
     macro_rules! run {
         ($r:literal, $b:literal, $m:expr, $p:expr) => {{
             let block: [usize; $r] = std::array::from_fn(|i| $m + i);
-            let at = $p * PANEL - c0;
+            let at = $p * PANEL;
             // SAFETY: the CPU has AVX-512F (`simd`); the kernel's asserts
             // keep its loads inside `w` and its stores inside `out`.
             unsafe {
@@ -288,15 +288,15 @@ pub(super) fn range_avx2(
     w: &[bf16],
     (c0, c1): (usize, usize),
     sum: ColumnSum,
-    out: &mut [f32],
+    out: Outputs,
 ) -> usize {
     let rows = x.len() / k;
-    let width = c1 - c0;
-    let (first, end) = (c0 / PANEL, c0 / PANEL + width / PANEL);
+    let width = out.stride;
+    let (first, end) = (c0 / PANEL, c1 / PANEL);
     macro_rules! run {
         ($r:literal, $p:literal, $m:expr, $at:expr) => {{
             let block: [usize; $r] = std::array::from_fn(|i| $m + i);
-            let at = $at * PANEL - c0;
+            let at = $at * PANEL;
             // SAFETY: the CPU has AVX2 and FMA (`simd`); the kernel's
             // asserts keep its loads inside `w` and its stores inside `out`.
             unsafe {

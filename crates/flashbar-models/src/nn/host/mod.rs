@@ -360,6 +360,58 @@ pub fn linear_split(x: &Array, weight: &HostMatrix, cols: &[i32]) -> Result<Vec<
         .collect()
 }
 
+/// `residual + x W^T` in `x`'s type: the product rounded to the type and
+/// added as [`add`] adds (the f32 sum rounded), the bits of [`linear`] then
+/// [`add`] without the array between them (a verify's rows made that
+/// array, then read it back, on one thread). None where [`add`] would not
+/// take the two (other types or shapes).
+pub fn linear_add(x: &Array, weight: &HostMatrix, residual: &Array) -> Result<Option<Array>> {
+    let (_, cols) = weight.dims();
+    let mut shape = x.shape().to_vec();
+    *shape.last_mut().unwrap() = cols as i32;
+    let Some(round) = ops::rounded(x.dtype()) else {
+        return Ok(None);
+    };
+    if residual.dtype() != x.dtype() || residual.shape() != shape.as_slice() {
+        return Ok(None);
+    }
+    let mut out = weight.product(&host_f32(x)?, x.dtype());
+    let residual = host_f32(residual)?;
+    ops::zip_with(&mut out, &residual, |p, r| {
+        ops::store(r + ops::store(p, round), round)
+    });
+    Ok(Some(from_f32(&out, &shape, x.dtype())?))
+}
+
+/// SwiGLU's middle, `silu(gate) * up`, from one product of the stacked
+/// `[gate | up]` maps (`half` outputs each): each half rounded to `x`'s
+/// type as [`linear_split`] gives it, then [`swiglu`]'s own arithmetic, so
+/// the same bits without the two arrays between. None for types
+/// [`swiglu`] does not take.
+pub fn linear_swiglu(x: &Array, weight: &HostMatrix, half: usize) -> Result<Option<Array>> {
+    let (_, cols) = weight.dims();
+    let Some(round) = ops::rounded(x.dtype()) else {
+        return Ok(None);
+    };
+    if cols != 2 * half {
+        return Ok(None);
+    }
+    let out = weight.product(&host_f32(x)?, x.dtype());
+    let rows = out.len() / cols;
+    let (mut gate, mut up) = (
+        Vec::with_capacity(rows * half),
+        Vec::with_capacity(rows * half),
+    );
+    for row in out.chunks_exact(cols) {
+        gate.extend(row[..half].iter().map(|&v| ops::store(v, round)));
+        up.extend(row[half..].iter().map(|&v| ops::store(v, round)));
+    }
+    ops::zip_with(&mut gate, &up, |g, u| ops::store(silu(g, round) * u, round));
+    let mut shape = x.shape().to_vec();
+    *shape.last_mut().unwrap() = half as i32;
+    Ok(Some(from_f32(&gate, &shape, x.dtype())?))
+}
+
 /// [`attention`] (f32) or, for bf16 inputs in [`Arithmetic::Mlx`],
 /// [`attention_bf16`] for MLX arrays: `q` `[1, heads, len, d]`, `k`, `v`
 /// `[1, kv_heads, total, d]`; returns `[1, heads, len, d]` in `q`'s dtype.

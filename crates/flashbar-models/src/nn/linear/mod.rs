@@ -62,7 +62,8 @@ pub fn row_qmm() -> bool {
 }
 
 /// `0` keeps a SwiGLU's gate and a block's residual add as MLX ops beside
-/// the row-invariant matmul instead of fused into it ([`Onto`]);
+/// the row-invariant matmul instead of fused into it ([`Onto`]), and as
+/// host ops on arrays of their own beside the host kernels' product;
 /// benchmarks compare the two.
 pub const FUSE_ENDS_ENV: &str = "FLASHBAR_FUSE_ENDS";
 
@@ -341,6 +342,17 @@ impl LinearWeight {
     /// `x` (the activations, or a SwiGLU's `[gate | up]` halves); None where
     /// another path multiplies (the CPU, prefill, other formats).
     fn apply_with(&self, x: &Array, ends: Ends) -> Result<Option<Array>> {
+        if let LinearWeight::Host { weight, .. } = self {
+            // The host kernels' product and its residual add in one pass;
+            // their SwiGLU end is `Fused::forward_glu`'s.
+            return match ends {
+                Ends {
+                    glu: false,
+                    residual: Some(residual),
+                } if fuse_ends() => host::linear_add(x, weight, residual),
+                _ => Ok(None),
+            };
+        }
         let LinearWeight::Quantized(q) = self else {
             return Ok(None);
         };

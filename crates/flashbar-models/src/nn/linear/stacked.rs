@@ -86,10 +86,16 @@ impl Fused {
     }
 
     /// `silu(gate) * up` of a [`Self::load_glu`] pair in one call, where
-    /// its rows are paired and the row-invariant kernel takes `x`; None
-    /// elsewhere.
+    /// its rows are paired and the row-invariant kernel takes `x`, or where
+    /// the host kernels multiply (the gate computed on their product, the
+    /// same bits as product, split, then gate); None elsewhere.
     pub fn forward_glu(&self, x: &Array) -> Result<Option<Array>> {
         match &self.stacked {
+            Some((LinearWeight::Host { weight, .. }, cols))
+                if cols.len() == 2 && cols[0] == cols[1] && fuse_ends() =>
+            {
+                host::linear_swiglu(x, weight, cols[0] as usize)
+            }
             Some((weight, _)) if self.paired => {
                 let ends = Ends {
                     glu: true,
