@@ -3,7 +3,7 @@
 //! committed token is the target's own choice at its position (argmax, or
 //! the position-keyed sample), so the output equals plain decoding's.
 
-use crate::choose::{choose, choose_all, host_u32, Pending};
+use crate::choose::{choose_all, choose_last, host_u32, Pending};
 use crate::emit::Emitter;
 use crate::error::Result;
 use crate::policy::block_size::BlockSizePolicy;
@@ -256,7 +256,7 @@ impl Decoding<'_, '_> {
         if let Some(tapped) = out.taps {
             run.context.push(tapped);
         }
-        choose(&out.logits.index((0, -1)), sampling, position as u64)
+        choose_last(&out.logits, sampling, position as u64)
     }
 
     /// Up to `steps` plain steps, the next one queued on the device before
