@@ -289,7 +289,11 @@ impl Decoding<'_, '_> {
             // interval before: ~0.05 ms on the H200 against ~2 ms steps. The
             // gate must not learn it (one such step a request pulled its
             // step time 30% low, so each next answer's probe looked 30% worse).
-            let representative = i == 0 || queued.is_some();
+            // A token chosen on the host (sampling, or greedy over the host
+            // kernels' logits) was computed whole before it was read: every
+            // such step is timed whole, and the gate learns each (its probe
+            // credit comes from them).
+            let representative = i == 0 || queued.is_some() || matches!(pending, Pending::Host(_));
             self.commit_plain(run, token, None, representative, sink)?;
             if run.finish.is_some() || run.generated >= run.max_tokens {
                 break;

@@ -541,6 +541,40 @@ fn forced_rounds_leave_the_gate_as_auto_left_it() {
     assert_eq!(after.speedup(), before.speedup());
 }
 
+/// The gate learns every plain step, also those whose token is chosen on
+/// the host (greedy over the CPU's host kernels, or sampling), which come
+/// back with no next step queued behind them: a fresh gate calibrates on
+/// the first `calibration_steps` decode steps and speculates right after.
+/// (Only the first step of each batch was learned once, and calibration,
+/// backoffs and the shadow probes' credit ran several times too slow.)
+#[test]
+fn the_gate_learns_every_plain_step() {
+    use flashbar_engine::policy::gate::{Gate, GateConfig};
+    use flashbar_engine::policy::thermal::{ScriptedThermal, ThermalState};
+    let engine = pair("dense-mlx-4bit", "drafter-dense-f32");
+    engine.set_thermal_source(Box::new(ScriptedThermal::new(vec![ThermalState::Fair])));
+    for temperature in [0.0, 0.8] {
+        let config = GateConfig::default();
+        let calibration = config.calibration_steps;
+        engine.set_gate(Gate::new(config));
+        let mut auto = request("def fib(n):", Speculation::Auto, temperature);
+        auto.max_tokens = 40;
+        let (_, recorder) = run(&engine, &auto);
+        let modes: String = recorder
+            .rounds
+            .iter()
+            .map(|r| if r.mode == Mode::Plain { 'a' } else { 'd' })
+            .collect();
+        // The prefill's token (not a decode step), then the calibration.
+        let first_round = modes.find('d');
+        assert_eq!(
+            first_round,
+            Some(1 + calibration),
+            "temperature {temperature}: {modes}"
+        );
+    }
+}
+
 /// A gate floored where a round is dear: calibrated at 1 ms a plain step,
 /// its warm-up round done, then a judged round of 5 ms that committed one
 /// token. A 40-token request cannot afford a losing 5-step round (3% of
