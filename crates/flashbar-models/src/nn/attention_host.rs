@@ -18,8 +18,7 @@ use mlx_rs::{Array, Dtype};
 pub struct HostAttention {
     q_norm: HostVector,
     k_norm: HostVector,
-    /// Rotated dims, and the inverse frequency of each pair.
-    dims: usize,
+    /// The inverse frequency of each rotated pair (half the rotated dims).
     inv_freqs: Vec<f32>,
     scale: f32,
     eps: f32,
@@ -48,7 +47,6 @@ impl HostAttention {
         Ok(Some(HostAttention {
             q_norm: HostVector::of(q_norm)?,
             k_norm: HostVector::of(k_norm)?,
-            dims: rope.dims,
             inv_freqs,
             scale,
             eps,
@@ -99,16 +97,28 @@ impl HostAttention {
 
     /// RoPE in place over rows `[heads, len, d]` at positions `offset..`.
     fn rotate(&self, rows: &mut [f32], len: usize, d: usize, offset: i32) {
-        let half = self.dims / 2;
-        let angles: Vec<(f32, f32)> = (0..len)
-            .flat_map(|l| {
-                let position = (l as f32 + offset as f32) * self.scale;
-                self.inv_freqs.iter().map(move |&f| {
-                    let (s, c) = mlx_sin_cos(position * f);
-                    (round_bf16(s), round_bf16(c))
-                })
-            })
-            .collect();
+        rotate_rows(rows, (len, d), offset, self.scale, &self.inv_freqs);
+    }
+}
+
+host::vectorized! {
+    /// [`HostAttention::rotate`]'s body, compiled with FMA where the CPU has
+    /// it: the sine's and cosine's fused multiply-adds are one instruction
+    /// each instead of a library call (a tenth of a draft's time went to
+    /// them), with the same correctly rounded results.
+    fn rotate_rows(rows: &mut [f32], shape: (usize, usize), offset: i32, scale: f32, inv_freqs: &[f32]) {
+        let (len, d) = shape;
+        let half = inv_freqs.len();
+        // Plain loops, not iterator closures: a closure is its own function,
+        // compiled without the FMA feature.
+        let mut angles = Vec::with_capacity(len * half);
+        for l in 0..len {
+            let position = (l as f32 + offset as f32) * scale;
+            for &f in inv_freqs {
+                let (s, c) = mlx_sin_cos(position * f);
+                angles.push((round_bf16(s), round_bf16(c)));
+            }
+        }
         for (r, row) in rows.chunks_exact_mut(d).enumerate() {
             let l = r % len;
             for i in 0..half {
@@ -135,6 +145,7 @@ pub fn by_heads(x: &[f32], len: usize, heads: usize, d: usize) -> Vec<f32> {
 /// MLX's CPU sin and cos of an f32 (its Cephes polynomial with fused
 /// multiply-adds; libm's past 2^23, where its reduction fails).
 #[allow(clippy::excessive_precision)]
+#[inline(always)]
 pub fn mlx_sin_cos(x: f32) -> (f32, f32) {
     if x.abs() > 8_388_608.0 {
         return (x.sin(), x.cos());

@@ -67,24 +67,38 @@ pub(super) fn round_bf16_finite(x: f32) -> f32 {
 /// one) and finite.
 pub const PAIR_RANGE: (i32, i32) = (-56, 48);
 
-/// Whether every value is a bf16 value (as an f32: its low 16 bits zero)
-/// that is zero or of a magnitude within [`PAIR_RANGE`].
-pub fn in_pair_range(values: &[f32]) -> bool {
-    values.iter().all(|v| pair_bits_ok(v.to_bits()))
+vectorized! {
+    /// Whether every value is a bf16 value (as an f32: its low 16 bits zero)
+    /// that is zero or of a magnitude within [`PAIR_RANGE`]. Every value is
+    /// read (no early exit), so the loop runs in vector registers: it reads
+    /// each product's inputs once more.
+    pub fn in_pair_range(values: &[f32]) -> bool {
+        let mut ok = true;
+        for v in values {
+            ok &= pair_bits_ok(v.to_bits());
+        }
+        ok
+    }
 }
 
 /// [`in_pair_range`] of bf16 values.
 pub fn bf16_in_pair_range(values: &[bf16]) -> bool {
-    values
-        .iter()
-        .all(|v| pair_bits_ok(u32::from(v.to_bits()) << 16))
+    let mut ok = true;
+    for v in values {
+        ok &= pair_bits_ok(u32::from(v.to_bits()) << 16);
+    }
+    ok
 }
+
+/// Non-zero magnitudes within [`PAIR_RANGE`] have biased exponents in this
+/// range.
+const PAIR_EXPONENTS: std::ops::RangeInclusive<u32> =
+    (PAIR_RANGE.0 + 127) as u32..=(PAIR_RANGE.1 + 127) as u32;
 
 #[inline(always)]
 fn pair_bits_ok(bits: u32) -> bool {
-    let exponent = ((bits >> 23) & 0xFF) as i32 - 127;
-    bits & 0xFFFF == 0
-        && (bits & 0x7FFF_FFFF == 0 || (PAIR_RANGE.0..=PAIR_RANGE.1).contains(&exponent))
+    let exponent = (bits >> 23) & 0xFF;
+    (bits & 0xFFFF == 0) & ((bits & 0x7FFF_FFFF == 0) | PAIR_EXPONENTS.contains(&exponent))
 }
 
 /// Which vector kernels [`columns_range`] runs: set at run time, the same

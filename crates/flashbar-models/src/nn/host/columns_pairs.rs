@@ -65,8 +65,8 @@ fn self_check() -> bool {
 /// reads, made once per product.
 pub(super) fn pair_words(x: &[f32]) -> Vec<u32> {
     let mut words = vec![0u32; x.len() / 2];
-    for (word, p) in words.iter_mut().zip(x.chunks_exact(2)) {
-        *word = (p[0].to_bits() & 0xFFFF_0000) | (p[1].to_bits() >> 16);
+    for (t, word) in words.iter_mut().enumerate() {
+        *word = (x[2 * t].to_bits() & 0xFFFF_0000) | (x[2 * t + 1].to_bits() >> 16);
     }
     words
 }
