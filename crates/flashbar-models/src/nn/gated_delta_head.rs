@@ -129,8 +129,8 @@ host::vectorized! {
                 *o = round_bf16(*o);
             }
         }
-        let ones = vec![0f32; out.len()];
-        host::zip_with(&mut out, &ones, |x, _| host::silu(x, true));
+        let inputs = out.clone();
+        host::zip_with_sigmoid(&mut out, &inputs, true, |_, x, s| round_bf16(x * s));
         out
     }
 }

@@ -3,7 +3,7 @@
 //! gated attention's sigmoid gate. Each returns None when the types are
 //! not ones the host ops take (MLX's ops run then).
 
-use super::ops::{norm_rows, norm_type, rounded, sigmoid, silu, store, zip_with};
+use super::ops::{norm_rows, norm_type, rounded, store, zip_with_sigmoid};
 use super::*;
 
 /// A gated-delta layer's output: the recurrence's `y` (f32, `[B, T, Hv,
@@ -28,8 +28,9 @@ pub fn gated_norm(
         *v = store(*v, round);
     }
     norm_rows(&mut values, w, eps, normed == Dtype::Bfloat16);
-    zip_with(&mut values, &host_f32(z)?, |v, z| {
-        store(silu(z, false) * v, round)
+    // silu(z) in f32 is z * sigmoid(z), unrounded.
+    zip_with_sigmoid(&mut values, &host_f32(z)?, false, |v, z, s| {
+        store(z * s * v, round)
     });
     let shape = y.shape();
     let (b, t) = (shape[0], shape[1]);
@@ -63,9 +64,7 @@ pub fn attention_gate(out: &Array, q_gate: &Array) -> Result<Option<Array>> {
             gates[at..at + d].copy_from_slice(&qg[(l * heads + h) * 2 * d + d..][..d]);
         }
     }
-    zip_with(&mut gated, &gates, |v, x| {
-        store(v * sigmoid(x, round), round)
-    });
+    zip_with_sigmoid(&mut gated, &gates, round, |v, _, s| store(v * s, round));
     Ok(Some(from_f32(
         &gated,
         &[1, len as i32, (heads * d) as i32],

@@ -74,6 +74,8 @@ pub mod pool;
 mod rows;
 #[cfg(target_arch = "x86_64")]
 mod rows_x86;
+#[cfg(target_arch = "x86_64")]
+mod sigmoid_x86;
 #[cfg(test)]
 mod tests;
 
@@ -81,7 +83,10 @@ pub use attention::*;
 pub use columns::*;
 pub use gates::{attention_gate, gated_norm};
 pub use kv::HostKv;
-pub use ops::{add, norm_rows, rms_norm, sigmoid, silu, swiglu, takes, zip_with, HostVector};
+pub use ops::{
+    add, norm_rows, rms_norm, sigmoid, sigmoids, silu, swiglu, takes, zip_with, zip_with_sigmoid,
+    HostVector,
+};
 pub use rows::*;
 
 /// Which arithmetic the host kernels use for bf16 checkpoints
@@ -406,10 +411,12 @@ pub fn linear_swiglu(x: &Array, weight: &HostMatrix, half: usize) -> Result<Opti
         gate.extend(row[..half].iter().map(|&v| ops::store(v, round)));
         up.extend(row[half..].iter().map(|&v| ops::store(v, round)));
     }
-    ops::zip_with(&mut gate, &up, |g, u| ops::store(silu(g, round) * u, round));
+    ops::zip_with_sigmoid(&mut up, &gate, round, |u, g, s| {
+        ops::store(ops::store(g * s, round) * u, round)
+    });
     let mut shape = x.shape().to_vec();
     *shape.last_mut().unwrap() = half as i32;
-    Ok(Some(from_f32(&gate, &shape, x.dtype())?))
+    Ok(Some(from_f32(&up, &shape, x.dtype())?))
 }
 
 /// [`attention`] (f32) or, for bf16 inputs in [`Arithmetic::Mlx`],

@@ -797,3 +797,39 @@ fn attention_over_a_host_cache_is_attention_over_packed_rows() {
 fn f32_bits(values: &[f32]) -> Vec<u32> {
     values.iter().map(|v| v.to_bits()).collect()
 }
+
+/// [`sigmoids`] (eight lanes at a time where the CPU has AVX2 and FMA) is
+/// the scalar [`sigmoid`] bit for bit, rounded or not: on every bf16 value
+/// and on every 97th f32 bit pattern (all exponents, both signs, NaNs,
+/// infinities, subnormals, and the clamps at +-88 and their neighbours).
+#[test]
+fn sigmoids_are_the_scalar_sigmoid() {
+    let mut x: Vec<f32> = (0..=u16::MAX)
+        .map(|b| f32::from_bits(u32::from(b) << 16))
+        .collect();
+    x.extend((0..u32::MAX / 97).map(|i| f32::from_bits(i * 97)));
+    for edge in [
+        88.0f32,
+        -88.0,
+        0.0,
+        -0.0,
+        f32::MIN_POSITIVE,
+        f32::MAX,
+        f32::NAN,
+    ] {
+        let bits = edge.to_bits();
+        x.extend((bits.saturating_sub(8)..bits.saturating_add(8)).map(f32::from_bits));
+    }
+    let mut out = vec![0f32; x.len()];
+    for round in [false, true] {
+        sigmoids(&x, round, &mut out);
+        for (v, got) in x.iter().zip(&out) {
+            let want = sigmoid(*v, round);
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "sigmoid({v:e}) round {round}"
+            );
+        }
+    }
+}
