@@ -14,12 +14,26 @@ pub fn round_bf16(x: f32) -> f32 {
     f32::from_bits(u.wrapping_add(0x7FFF + ((u >> 16) & 1)) & 0xFFFF_0000)
 }
 
+/// [`mlx_exp`]'s constants as MLX writes them (rounded to f32 alike), not
+/// `LOG2_E`: log2 e, then the polynomial's coefficients from the highest
+/// power's down to 1 (shared with the vector exp, `sigmoid_x86.rs`).
+#[allow(clippy::approx_constant, clippy::excessive_precision)]
+pub(super) const EXP_LOG2_E: f32 = 1.442695;
+#[allow(clippy::excessive_precision)]
+pub(super) const EXP_POLYNOMIAL: [f32; 7] = [
+    1.535336188319500e-4,
+    1.339887440266574e-3,
+    9.618437357674640e-3,
+    5.550332471162809e-2,
+    2.402264791363012e-1,
+    6.931472028550421e-1,
+    1.0,
+];
+
 /// MLX's CPU `exp` (its `simd::exp`, also what its softmax runs): 2^(x
 /// log2 e) as a power of two times a degree-6 polynomial of the fraction,
 /// with fused multiply-adds; 0 below -88 and infinity above 88. Not libm's
 /// exp: the two differ in the last bits.
-// The constants as MLX writes them (rounded to f32 alike), not `LOG2_E`.
-#[allow(clippy::approx_constant, clippy::excessive_precision)]
 #[inline(always)]
 pub fn mlx_exp(x: f32) -> f32 {
     if x.is_nan() {
@@ -31,21 +45,14 @@ pub fn mlx_exp(x: f32) -> f32 {
     if x < -88.0 {
         return 0.0;
     }
-    let y = x * 1.442695f32;
+    let y = x * EXP_LOG2_E;
     // MLX adds the 0.5 as a double: in f32 the sum could round up to the
     // next integer.
     let ipart = (y as f64 + 0.5).floor() as f32;
     let fpart = y - ipart;
-    let mut p = 1.535336188319500e-4f32;
-    for c in [
-        1.339887440266574e-3f32,
-        9.618437357674640e-3,
-        5.550332471162809e-2,
-        2.402264791363012e-1,
-        6.931472028550421e-1,
-        1.0,
-    ] {
-        p = p.mul_add(fpart, c);
+    let mut p = EXP_POLYNOMIAL[0];
+    for c in &EXP_POLYNOMIAL[1..] {
+        p = p.mul_add(fpart, *c);
     }
     let two_to_i = f32::from_bits(((ipart as i32).wrapping_add(127) as u32).wrapping_shl(23));
     two_to_i * p

@@ -23,10 +23,9 @@ unsafe fn round8(v: __m256) -> __m256 {
 /// [`mlx_exp`] of eight lanes: the same products, the same f64 floor of
 /// `y + 0.5`, the same fused polynomial, the same power of two; NaN kept,
 /// infinity above 88 and 0 below -88.
-#[allow(clippy::approx_constant, clippy::excessive_precision)]
 #[inline(always)]
 unsafe fn exp8(x: __m256) -> __m256 {
-    let y = _mm256_mul_ps(x, _mm256_set1_ps(1.442695));
+    let y = _mm256_mul_ps(x, _mm256_set1_ps(EXP_LOG2_E));
     let half = _mm256_set1_pd(0.5);
     let floor =
         |v: __m128| _mm256_cvtpd_ps(_mm256_floor_pd(_mm256_add_pd(_mm256_cvtps_pd(v), half)));
@@ -35,16 +34,9 @@ unsafe fn exp8(x: __m256) -> __m256 {
         floor(_mm256_castps256_ps128(y)),
     );
     let fpart = _mm256_sub_ps(y, ipart);
-    let mut p = _mm256_set1_ps(1.535336188319500e-4);
-    for c in [
-        1.339887440266574e-3f32,
-        9.618437357674640e-3,
-        5.550332471162809e-2,
-        2.402264791363012e-1,
-        6.931472028550421e-1,
-        1.0,
-    ] {
-        p = _mm256_fmadd_ps(p, fpart, _mm256_set1_ps(c));
+    let mut p = _mm256_set1_ps(EXP_POLYNOMIAL[0]);
+    for c in &EXP_POLYNOMIAL[1..] {
+        p = _mm256_fmadd_ps(p, fpart, _mm256_set1_ps(*c));
     }
     let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(
         _mm256_cvttps_epi32(ipart),
