@@ -117,6 +117,7 @@ pub(super) enum Simd {
 
 impl Simd {
     /// Whether the AVX-512 kernels run (alone or beside the pair products).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(super) fn avx512(self) -> bool {
         matches!(self, Simd::Avx512 | Simd::Avx512Bf16)
     }
@@ -195,6 +196,7 @@ impl Outputs {
         self.len
     }
 
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(super) fn as_mut_ptr(&self) -> *mut f32 {
         self.ptr
     }
