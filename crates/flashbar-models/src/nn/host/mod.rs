@@ -65,6 +65,8 @@ mod attention;
 mod columns;
 #[cfg(target_arch = "x86_64")]
 mod columns_pairs;
+#[cfg(test)]
+mod columns_tests;
 #[cfg(target_arch = "x86_64")]
 mod columns_x86;
 mod gates;
