@@ -74,10 +74,9 @@ pub(super) fn pair_words(x: &[f32]) -> Vec<u32> {
 /// `B` whole panels from panel `p0` of `R` rows (`rows`, each `half =
 /// k / 2` words in `xp`): every lane sums its column in k order by pair
 /// products, so the bits of [`column_scalar`]'s fused sum whatever the
-/// block. Writes `16 B` outputs per row into `out` (`[.., out_cols]`)
-/// from column `out_c0`.
+/// block. Writes `16 B` outputs per row into those columns of `out`
+/// (panel `p0`'s first on).
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn strip<const R: usize, const B: usize>(
     xp: &[u32],
     half: usize,
@@ -85,10 +84,10 @@ unsafe fn strip<const R: usize, const B: usize>(
     w: &[bf16],
     p0: usize,
     out: Outputs,
-    out_cols: usize,
-    out_c0: usize,
 ) {
     use std::arch::x86_64::*;
+    // Rows of the whole product's outputs; the strip's first column.
+    let (out_cols, out_c0) = (out.stride, p0 * PANEL);
     let k = 2 * half;
     assert!((p0 + B) * k * PANEL <= w.len() && out_c0 + PANEL * B <= out_cols);
     assert!(rows.iter().all(|&r| (r + 1) * half <= xp.len()));
@@ -152,7 +151,6 @@ pub(super) fn range(
     assert!(k.is_multiple_of(2) && c0.is_multiple_of(PANEL));
     let half = k / 2;
     let rows = xp.len() / half;
-    let width = out.stride;
     let (first, end) = (c0 / PANEL, c1 / PANEL);
     macro_rules! run {
         ($r:literal, $b:literal, $m:expr, $p:expr) => {{
@@ -160,7 +158,7 @@ pub(super) fn range(
             // SAFETY: the CPU has AVX-512F, BW and BF16 (`available`); the
             // kernel's asserts keep its loads inside `xp` and `w` and its
             // stores inside `out`.
-            unsafe { strip::<$r, $b>(xp, half, block, w, $p, out, width, $p * PANEL) }
+            unsafe { strip::<$r, $b>(xp, half, block, w, $p, out) }
         }};
     }
     let mut p = first;

@@ -82,11 +82,10 @@ unsafe fn step8<const SUM: u8>(
 /// `P` whole panels from panel `p0` of `R` rows (`rows`, each `k` long in
 /// `x`): every lane sums its column exactly as [`column_scalar`] does for
 /// the [`ColumnSum`] numbered `SUM` ([`step8`]), so the bits are the same
-/// whatever the block. Writes `16 P` outputs per row into `out` (`[..,
-/// out_cols]`) from column `out_c0`.
+/// whatever the block. Writes `16 P` outputs per row into those columns
+/// of `out` (panel `p0`'s first on).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn panels_avx2<const R: usize, const P: usize, const SUM: u8>(
     x: &[f32],
     k: usize,
@@ -94,10 +93,10 @@ pub(super) unsafe fn panels_avx2<const R: usize, const P: usize, const SUM: u8>(
     w: &[bf16],
     p0: usize,
     out: Outputs,
-    out_cols: usize,
-    out_c0: usize,
 ) {
     use std::arch::x86_64::*;
+    // Rows of the whole product's outputs; the strip's first column.
+    let (out_cols, out_c0) = (out.stride, p0 * PANEL);
     assert!((p0 + P) * k * PANEL <= w.len() && out_c0 + PANEL * P <= out_cols);
     // acc[r][p]: the even and the odd columns of panel p for row r.
     let mut acc = [[[_mm256_setzero_ps(); 2]; P]; R];
@@ -146,7 +145,6 @@ pub(super) unsafe fn round16(v: std::arch::x86_64::__m512) -> std::arch::x86_64:
 /// `p0`: the same operations per lane, so the same bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn strip_avx512<const R: usize, const B: usize, const SUM: u8>(
     x: &[f32],
     k: usize,
@@ -154,10 +152,10 @@ pub(super) unsafe fn strip_avx512<const R: usize, const B: usize, const SUM: u8>
     w: &[bf16],
     p0: usize,
     out: Outputs,
-    out_cols: usize,
-    out_c0: usize,
 ) {
     use std::arch::x86_64::*;
+    // Rows of the whole product's outputs; the strip's first column.
+    let (out_cols, out_c0) = (out.stride, p0 * PANEL);
     assert!((p0 + B) * k * PANEL <= w.len() && out_c0 + PANEL * B <= out_cols);
     let mut acc = [[_mm512_setzero_ps(); B]; R];
     let xs = rows.map(|r| x[r * k..(r + 1) * k].as_ptr());
@@ -206,25 +204,23 @@ pub(super) fn range_avx512(
     out: Outputs,
 ) -> usize {
     let rows = x.len() / k;
-    let width = out.stride;
     let (first, end) = (c0 / PANEL, c1 / PANEL);
     macro_rules! run {
         ($r:literal, $b:literal, $m:expr, $p:expr) => {{
             let block: [usize; $r] = std::array::from_fn(|i| $m + i);
-            let at = $p * PANEL;
             // SAFETY: the CPU has AVX-512F (`simd`); the kernel's asserts
             // keep its loads inside `w` and its stores inside `out`.
             unsafe {
                 match sum {
-                    ColumnSum::Bf16 => strip_avx512::<$r, $b, { ColumnSum::Bf16 as u8 }>(
-                        x, k, block, w, $p, out, width, at,
-                    ),
-                    ColumnSum::F32 => strip_avx512::<$r, $b, { ColumnSum::F32 as u8 }>(
-                        x, k, block, w, $p, out, width, at,
-                    ),
-                    ColumnSum::Fused => strip_avx512::<$r, $b, { ColumnSum::Fused as u8 }>(
-                        x, k, block, w, $p, out, width, at,
-                    ),
+                    ColumnSum::Bf16 => {
+                        strip_avx512::<$r, $b, { ColumnSum::Bf16 as u8 }>(x, k, block, w, $p, out)
+                    }
+                    ColumnSum::F32 => {
+                        strip_avx512::<$r, $b, { ColumnSum::F32 as u8 }>(x, k, block, w, $p, out)
+                    }
+                    ColumnSum::Fused => {
+                        strip_avx512::<$r, $b, { ColumnSum::Fused as u8 }>(x, k, block, w, $p, out)
+                    }
                 }
             }
         }};
@@ -291,25 +287,23 @@ pub(super) fn range_avx2(
     out: Outputs,
 ) -> usize {
     let rows = x.len() / k;
-    let width = out.stride;
     let (first, end) = (c0 / PANEL, c1 / PANEL);
     macro_rules! run {
         ($r:literal, $p:literal, $m:expr, $at:expr) => {{
             let block: [usize; $r] = std::array::from_fn(|i| $m + i);
-            let at = $at * PANEL;
             // SAFETY: the CPU has AVX2 and FMA (`simd`); the kernel's
             // asserts keep its loads inside `w` and its stores inside `out`.
             unsafe {
                 match sum {
-                    ColumnSum::Bf16 => panels_avx2::<$r, $p, { ColumnSum::Bf16 as u8 }>(
-                        x, k, block, w, $at, out, width, at,
-                    ),
-                    ColumnSum::F32 => panels_avx2::<$r, $p, { ColumnSum::F32 as u8 }>(
-                        x, k, block, w, $at, out, width, at,
-                    ),
-                    ColumnSum::Fused => panels_avx2::<$r, $p, { ColumnSum::Fused as u8 }>(
-                        x, k, block, w, $at, out, width, at,
-                    ),
+                    ColumnSum::Bf16 => {
+                        panels_avx2::<$r, $p, { ColumnSum::Bf16 as u8 }>(x, k, block, w, $at, out)
+                    }
+                    ColumnSum::F32 => {
+                        panels_avx2::<$r, $p, { ColumnSum::F32 as u8 }>(x, k, block, w, $at, out)
+                    }
+                    ColumnSum::Fused => {
+                        panels_avx2::<$r, $p, { ColumnSum::Fused as u8 }>(x, k, block, w, $at, out)
+                    }
                 }
             }
         }};
