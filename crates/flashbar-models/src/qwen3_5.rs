@@ -436,7 +436,7 @@ pub fn cache_arrays(cache: &[LayerCache]) -> Vec<&Array> {
     let mut out = Vec::new();
     for layer in cache {
         match layer {
-            LayerCache::Gdn(s) => out.extend(s.conv.iter().chain(s.ssm.iter())),
+            LayerCache::Gdn(s) => out.extend(s.arrays()),
             LayerCache::Kv(kv) => out.extend(kv.arrays()),
         }
     }

@@ -241,7 +241,10 @@ fn snapshot(cache: &[LayerCache]) -> Vec<Vec<f32>> {
     let mut out = Vec::new();
     for layer in cache {
         let arrays: Vec<Array> = match layer {
-            LayerCache::Gdn(s) => vec![s.conv.clone().unwrap(), s.ssm.clone().unwrap()],
+            LayerCache::Gdn(s) => {
+                let (conv, ssm) = s.conv_and_ssm().unwrap().unwrap();
+                vec![conv, ssm]
+            }
             LayerCache::Kv(kv) => {
                 let (keys, values) = kv.keys_values().unwrap().unwrap();
                 vec![keys, values]

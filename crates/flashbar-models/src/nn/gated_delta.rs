@@ -8,7 +8,7 @@
 
 use crate::config::TextConfig;
 use crate::error::Result;
-use crate::nn::gated_delta_head::HostHead;
+use crate::nn::gated_delta_head::{HostHead, HostState, HostTape};
 use crate::nn::gated_delta_host::{self, Dims};
 use crate::nn::host;
 use crate::nn::linear::{row_kernels, Fused, Linear, Onto, Weights};
@@ -20,17 +20,58 @@ use mlx_rs::ops::{
 };
 use mlx_rs::{Array, Dtype};
 
-/// A GDN layer's cache: the last K-1 conv inputs and the recurrent state.
+/// A GDN layer's cache: the last K-1 conv inputs and the recurrent state,
+/// as MLX arrays or, on the CPU's host path, in host memory (docs/cpu.md,
+/// "Host caches"). One of the two holds it; a forward that takes the other
+/// path moves it over first.
 #[derive(Clone, Default)]
 pub struct GdnState {
-    pub conv: Option<Array>,
-    pub ssm: Option<Array>,
+    pub(crate) conv: Option<Array>,
+    pub(crate) ssm: Option<Array>,
+    pub(crate) host: Option<HostState>,
+}
+
+impl GdnState {
+    /// The MLX arrays it holds (none on the host path): what evaluating
+    /// the cache must evaluate.
+    pub fn arrays(&self) -> impl Iterator<Item = &Array> {
+        self.conv.iter().chain(self.ssm.iter())
+    }
+
+    /// The conv rows `[1, K-1, C]` and the state `[1, Hv, Dv, Dk]`,
+    /// whichever path holds them (None before the first token).
+    pub fn conv_and_ssm(&self) -> Result<Option<(Array, Array)>> {
+        Ok(match (&self.host, &self.conv, &self.ssm) {
+            (Some(host), ..) => Some(host.arrays()?),
+            (None, Some(conv), Some(ssm)) => Some((conv.clone(), ssm.clone())),
+            _ => None,
+        })
+    }
+
+    /// The state as MLX arrays again (for MLX's ops), if the host held it.
+    pub(crate) fn move_to_arrays(&mut self) -> Result<()> {
+        if let Some(host) = self.host.take() {
+            let (conv, ssm) = host.arrays()?;
+            self.conv = Some(conv);
+            self.ssm = Some(ssm);
+        }
+        Ok(())
+    }
 }
 
 /// What a verify forward records so the layer can roll back to any prefix
 /// without recomputing projections, conv or norms (docs/dflash.md, "The tape").
 #[derive(Clone)]
-pub struct GdnTape {
+pub struct GdnTape(Recorded);
+
+#[derive(Clone)]
+enum Recorded {
+    Arrays(ArrayTape),
+    Host(HostTape),
+}
+
+#[derive(Clone)]
+struct ArrayTape {
     /// The previous conv state followed by the T raw qkv rows `[B, K-1+T, C]`.
     conv_input: Array,
     /// The recurrent state before the forward.
@@ -56,44 +97,40 @@ enum Recurrence {
 
 impl GdnTape {
     /// A tape recorded by the host path (`gated_delta_head`).
-    pub(crate) fn host(
-        conv_input: Array,
-        ssm_before: Array,
-        [k, g, delta]: [Array; 3],
-        conv_kernel: i32,
-    ) -> Self {
-        GdnTape {
-            conv_input,
-            ssm_before,
-            k,
-            g,
-            delta,
-            conv_kernel,
-            by: Recurrence::Host,
-        }
+    pub(crate) fn host(tape: HostTape) -> Self {
+        GdnTape(Recorded::Host(tape))
     }
 
-    pub fn arrays(&self) -> [&Array; 5] {
-        [
-            &self.conv_input,
-            &self.ssm_before,
-            &self.k,
-            &self.g,
-            &self.delta,
-        ]
+    /// The MLX arrays it holds (none on the host path).
+    pub fn arrays(&self) -> Vec<&Array> {
+        match &self.0 {
+            Recorded::Arrays(t) => vec![&t.conv_input, &t.ssm_before, &t.k, &t.g, &t.delta],
+            Recorded::Host(_) => Vec::new(),
+        }
     }
 
     /// `state` as if only the first `accepted` of the recorded tokens had
     /// been fed: S <- g_t S + k_t delta_t^T replayed for t < accepted, and
     /// the conv state rebuilt from the raw rows.
     pub fn rollback(&self, state: &mut GdnState, accepted: i32) -> Result<()> {
+        let t = match &self.0 {
+            Recorded::Host(tape) => {
+                *state = GdnState {
+                    host: Some(tape.rollback(accepted as usize)),
+                    ..GdnState::default()
+                };
+                return Ok(());
+            }
+            Recorded::Arrays(t) => t,
+        };
+        state.host = None;
         state.conv = Some(
-            self.conv_input
-                .index((.., accepted..(accepted + self.conv_kernel - 1), ..))
+            t.conv_input
+                .index((.., accepted..(accepted + t.conv_kernel - 1), ..))
                 .contiguous()?,
         );
-        let (before, k, g, delta) = (&self.ssm_before, &self.k, &self.g, &self.delta);
-        state.ssm = Some(match self.by {
+        let (before, k, g, delta) = (&t.ssm_before, &t.k, &t.g, &t.delta);
+        state.ssm = Some(match t.by {
             Recurrence::Kernel => gdn_kernels::replay(before, k, g, delta, accepted)?,
             Recurrence::Host => gated_delta_host::replay_arrays(before, k, g, delta, accepted)?,
             Recurrence::Ops => replay(before, k, g, delta, accepted)?,
@@ -239,6 +276,7 @@ impl GatedDeltaNet {
             .try_into()
             .map_err(|_| mlx_rs::error::Exception::custom("in_proj gave other than 4 maps"))?;
         if let Some((shape, params)) = &self.fused {
+            state.move_to_arrays()?;
             let conv_state = match &state.conv {
                 Some(c) => c.clone(),
                 None => zeros_dtype(&[b, self.conv_kernel - 1, conv_dim], x.dtype())?,
@@ -251,7 +289,7 @@ impl GatedDeltaNet {
             state.conv = Some(out.conv_state);
             state.ssm = Some(out.state);
             let tape = if record {
-                Some(GdnTape {
+                Some(GdnTape(Recorded::Arrays(ArrayTape {
                     conv_input: concatenate(&[conv_state, qkv], 1)?,
                     ssm_before: ssm,
                     k: out.k,
@@ -259,7 +297,7 @@ impl GatedDeltaNet {
                     delta: out.delta,
                     conv_kernel: self.conv_kernel,
                     by: Recurrence::Kernel,
-                })
+                })))
             } else {
                 None
             };
@@ -282,6 +320,7 @@ impl GatedDeltaNet {
         let z_rows = z;
         let beta = sigmoid(&b_proj)?;
 
+        state.move_to_arrays()?;
         let conv_state = match &state.conv {
             Some(c) => c.clone(),
             None => zeros_dtype(&[b, self.conv_kernel - 1, conv_dim], x.dtype())?,
@@ -339,7 +378,7 @@ impl GatedDeltaNet {
         };
         state.ssm = Some(new_ssm);
         let tape = match (conv_for_tape, delta) {
-            (Some(conv_input), Some(delta)) => Some(GdnTape {
+            (Some(conv_input), Some(delta)) => Some(GdnTape(Recorded::Arrays(ArrayTape {
                 conv_input,
                 ssm_before: ssm,
                 k,
@@ -347,7 +386,7 @@ impl GatedDeltaNet {
                 delta,
                 conv_kernel: self.conv_kernel,
                 by,
-            }),
+            }))),
             _ => None,
         };
 

@@ -158,11 +158,12 @@ pub fn smoke_checks() -> Result<Vec<CheckResult>> {
     let steps = concatenate(&steps, 1)?;
     let mut differing = 0usize;
     let mut pairs = vec![(block, steps)];
-    for (a, b) in [(block_state.ssm, state.ssm), (block_state.conv, state.conv)] {
-        match (a, b) {
-            (Some(a), Some(b)) => pairs.push((a, b)),
-            _ => differing += 1,
+    match (block_state.conv_and_ssm()?, state.conv_and_ssm()?) {
+        (Some((conv_a, ssm_a)), Some((conv_b, ssm_b))) => {
+            pairs.push((ssm_a, ssm_b));
+            pairs.push((conv_a, conv_b));
         }
+        _ => differing += 2,
     }
     for (a, b) in &pairs {
         let (a, b) = (host_f32(a)?, host_f32(b)?);
@@ -188,4 +189,56 @@ pub fn smoke_checks() -> Result<Vec<CheckResult>> {
 /// Whether this device runs the checks.
 pub fn available() -> bool {
     gdn_kernels::layer_available(flashbar_mlx::device::current())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bits(a: &Array) -> Vec<u32> {
+        host_f32(a).unwrap().iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// On the CPU a bf16 layer keeps its cache on the host; moved to MLX
+    /// arrays (as a forward on MLX's path does) it holds the same values in
+    /// the arrays' types, and the next step from it is the next step from
+    /// the cache that stayed, bit for bit, output and cache.
+    #[test]
+    fn a_host_cache_moves_to_arrays_and_back_unchanged() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let map = tensors(Dtype::Bfloat16).unwrap();
+        let layer = layer(&map, false).unwrap();
+        let x = values(86, &[1, PREFILL + 1, HIDDEN], 0.0, 1.0, Dtype::Bfloat16).unwrap();
+        let mut held = GdnState::default();
+        layer.forward(&x.index((.., ..PREFILL)), &mut held).unwrap();
+        assert!(held.host.is_some() && held.arrays().next().is_none());
+
+        let mut moved = held.clone();
+        moved.move_to_arrays().unwrap();
+        assert!(moved.host.is_none());
+        let (conv, ssm) = moved.conv_and_ssm().unwrap().unwrap();
+        assert_eq!(
+            (conv.dtype(), ssm.dtype()),
+            (Dtype::Bfloat16, Dtype::Float32)
+        );
+        assert_eq!(conv.shape(), [1, K - 1, 2 * HK * DK + HV * DV]);
+        assert_eq!(ssm.shape(), [1, HV, DV, DK]);
+        let (held_conv, held_ssm) = held.conv_and_ssm().unwrap().unwrap();
+        assert_eq!(bits(&conv), bits(&held_conv));
+        assert_eq!(bits(&ssm), bits(&held_ssm));
+        assert!(
+            bits(&ssm).iter().any(|&b| b != 0),
+            "the prefill moved the state"
+        );
+
+        let step = x.index((.., PREFILL..));
+        let from_held = layer.forward(&step, &mut held).unwrap();
+        let from_moved = layer.forward(&step, &mut moved).unwrap();
+        assert_eq!(bits(&from_held), bits(&from_moved));
+        let (a, b) = (
+            held.conv_and_ssm().unwrap().unwrap(),
+            moved.conv_and_ssm().unwrap().unwrap(),
+        );
+        assert_eq!((bits(&a.0), bits(&a.1)), (bits(&b.0), bits(&b.1)));
+    }
 }

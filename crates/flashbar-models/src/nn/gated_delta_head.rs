@@ -178,33 +178,18 @@ impl HostHead {
     ) -> Result<(Array, Option<GdnTape>)> {
         let c = self.conv.len() / self.kernel;
         let keep = self.kernel - 1;
-        let conv_state = match &state.conv {
-            Some(rows) => host_f32(rows)?,
-            None => vec![0f32; keep * c],
+        let (qkv, b, a) = (host_f32(qkv)?, host_f32(b)?, host_f32(a)?);
+        let mut held = match state.host.take() {
+            Some(held) => held,
+            None => HostState::of(state.conv.as_ref(), state.ssm.as_ref(), keep * c, d)?,
         };
-        let head = self.run(
-            &host_f32(qkv)?,
-            &host_f32(b)?,
-            &host_f32(a)?,
-            &conv_state,
-            d,
-        );
+        state.conv = None;
+        state.ssm = None;
+        let head = self.run(&qkv, &b, &a, &held.conv, d);
         let total = head.conv_input.len() / c;
-        let conv_rows = |from: usize| {
-            let values = &head.conv_input[from * c..];
-            host::from_f32(
-                values,
-                &[1, (total - from) as i32, c as i32],
-                Dtype::Bfloat16,
-            )
-        };
-        state.conv = Some(conv_rows(total - keep)?);
-        let state_shape = [1, d.hv as i32, d.dv as i32, d.dk as i32];
-        let ssm_before = match &state.ssm {
-            Some(s) => s.clone(),
-            None => Array::from_slice(&vec![0f32; d.hv * d.dv * d.dk], &state_shape),
-        };
-        let mut s = host_f32(&ssm_before)?;
+        held.conv
+            .copy_from_slice(&head.conv_input[(total - keep) * c..]);
+        let ssm_before = record.then(|| held.ssm.clone());
         let inputs = Inputs {
             q: &head.q,
             k: &head.k,
@@ -212,28 +197,92 @@ impl HostHead {
             g: &head.g,
             beta: &head.beta,
         };
-        let (y, delta) = gated_delta_host::record(inputs, &mut s, d, record);
-        state.ssm = Some(Array::from_slice(&s, &state_shape));
-        let steps = d.steps as i32;
-        let per_value = [1, steps, d.hv as i32, d.dv as i32];
-        let tape = match delta {
-            Some(delta) if record => Some(GdnTape::host(
-                conv_rows(0)?,
+        let (y, delta) = gated_delta_host::record(inputs, &mut held.ssm, d, record);
+        state.host = Some(held);
+        let tape = match (delta, ssm_before) {
+            (Some(delta), Some(ssm_before)) => Some(GdnTape::host(HostTape {
+                conv_input: head.conv_input,
                 ssm_before,
-                [
-                    host::from_f32(
-                        &head.k,
-                        &[1, steps, d.hk as i32, d.dk as i32],
-                        Dtype::Bfloat16,
-                    )?,
-                    Array::from_slice(&head.g, &[1, steps, d.hv as i32]),
-                    Array::from_slice(&delta, &per_value),
-                ],
-                self.kernel as i32,
-            )),
+                k: head.k,
+                g: head.g,
+                delta,
+                d,
+            })),
             _ => None,
         };
+        let per_value = [1, d.steps as i32, d.hv as i32, d.dv as i32];
         Ok((Array::from_slice(&y, &per_value), tape))
+    }
+}
+
+/// A gated-delta layer's cache on the host path: what `GdnState`'s arrays
+/// hold, kept in host memory between steps so that no step copies it out
+/// of an array and back (docs/cpu.md, "Host caches").
+#[derive(Clone)]
+pub struct HostState {
+    /// The last K-1 conv inputs `[K-1, C]` (bf16 values).
+    conv: Vec<f32>,
+    /// The recurrent state `[Hv, Dv, Dk]` (f32).
+    ssm: Vec<f32>,
+    d: Dims,
+}
+
+impl HostState {
+    /// From the arrays a state held (zeros where none yet): `conv` `[1,
+    /// K-1, C]` of `conv_len` values, `ssm` `[1, Hv, Dv, Dk]`.
+    pub fn of(conv: Option<&Array>, ssm: Option<&Array>, conv_len: usize, d: Dims) -> Result<Self> {
+        Ok(HostState {
+            conv: match conv {
+                Some(rows) => host_f32(rows)?,
+                None => vec![0f32; conv_len],
+            },
+            ssm: match ssm {
+                Some(s) => host_f32(s)?,
+                None => vec![0f32; d.hv * d.dv * d.dk],
+            },
+            d,
+        })
+    }
+
+    /// The conv rows `[1, K-1, C]` (bf16) and the state `[1, Hv, Dv, Dk]`
+    /// (f32) as MLX arrays, as the MLX path holds them.
+    pub fn arrays(&self) -> Result<(Array, Array)> {
+        let c = self.d.conv_channels();
+        let rows = (self.conv.len() / c) as i32;
+        let conv = host::from_f32(&self.conv, &[1, rows, c as i32], Dtype::Bfloat16)?;
+        let d = self.d;
+        let ssm = Array::from_slice(&self.ssm, &[1, d.hv as i32, d.dv as i32, d.dk as i32]);
+        Ok((conv, ssm))
+    }
+}
+
+/// A verify's tape on the host path (the values `GdnTape`'s arrays hold
+/// on the other paths): the conv's input rows `[K-1+T, C]`, the state
+/// before, normalized keys `[T, Hk, Dk]`, decays `[T, Hv]` and updates
+/// `[T, Hv, Dv]`.
+#[derive(Clone)]
+pub struct HostTape {
+    conv_input: Vec<f32>,
+    ssm_before: Vec<f32>,
+    k: Vec<f32>,
+    g: Vec<f32>,
+    delta: Vec<f32>,
+    d: Dims,
+}
+
+impl HostTape {
+    /// The state after the first `accepted` of the recorded tokens, as
+    /// [`gated_delta_host::replay_arrays`] gives it from the same values.
+    pub fn rollback(&self, accepted: usize) -> HostState {
+        let c = self.d.conv_channels();
+        let keep = self.conv_input.len() / c - self.d.steps;
+        let mut ssm = self.ssm_before.clone();
+        gated_delta_host::replay(&mut ssm, &self.k, &self.g, &self.delta, self.d, accepted);
+        HostState {
+            conv: self.conv_input[accepted * c..(accepted + keep) * c].to_vec(),
+            ssm,
+            d: self.d,
+        }
     }
 }
 

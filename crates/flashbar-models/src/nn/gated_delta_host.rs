@@ -32,6 +32,11 @@ pub struct Dims {
 }
 
 impl Dims {
+    /// The conv's channels: q, k (`Hk x Dk` each) and v (`Hv x Dv`).
+    pub fn conv_channels(&self) -> usize {
+        2 * self.hk * self.dk + self.hv * self.dv
+    }
+
     /// From keys `[1, T, Hk, Dk]` and anything shaped per value `[1, T, Hv, Dv]`.
     fn of(k: &Array, per_value: &Array) -> Self {
         let (ks, vs) = (k.shape(), per_value.shape());
