@@ -67,7 +67,8 @@ impl HostHead {
     /// values), after `state` `[K-1, C]`; `d` gives the split of C.
     pub fn run(&self, qkv: &[f32], b: &[f32], a: &[f32], state: &[f32], d: Dims) -> Head {
         let c = self.conv.len() / self.kernel;
-        let mut conv_input = state.to_vec();
+        let mut conv_input = Vec::with_capacity(state.len() + qkv.len());
+        conv_input.extend_from_slice(state);
         conv_input.extend_from_slice(qkv);
         let mixed = conv_silu(&conv_input, &self.conv, self.kernel, c);
         let key_dim = d.hk * d.dk;
