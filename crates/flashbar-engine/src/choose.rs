@@ -67,7 +67,7 @@ pub(crate) fn choose_last(
 /// first of the largest values), without its pass of
 /// each row on MLX's one thread and the hand-over to it (a fifth of a
 /// millisecond a verify on the embedded pair). None elsewhere.
-fn host_greedy(logits: &Array, first: usize) -> Option<Vec<u32>> {
+pub(crate) fn host_greedy(logits: &Array, first: usize) -> Option<Vec<u32>> {
     if device::current() != Backend::Cpu || host::arithmetic() == host::Arithmetic::Mlx {
         return None;
     }
@@ -106,6 +106,17 @@ fn host_greedy(logits: &Array, first: usize) -> Option<Vec<u32>> {
             )
         }
         _ => None,
+    }
+}
+
+/// The argmax of each row of `logits` `[1, n, vocab]` as `[1, n]` u32: read
+/// on the host where [`host_greedy`] can (the same picks), else MLX's
+/// argmax, queued. Drafts are picked so, and the verify-cost benchmark
+/// picks as the engine does.
+pub(crate) fn argmax_rows(logits: &Array) -> Result<Array> {
+    match host_greedy(logits, 0) {
+        Some(picks) => Ok(Array::from_slice(&picks, &[1, picks.len() as i32])),
+        None => Ok(argmax_axis(logits, -1, false)?.as_dtype(Dtype::Uint32)?),
     }
 }
 
@@ -189,6 +200,29 @@ mod tests {
                 Some(want[5..].to_vec()),
                 "{dtype:?}"
             );
+        }
+    }
+
+    /// Drafts are picked as `[1, n]` u32 ids, MLX's argmax's, whether the
+    /// host reads them or MLX's argmax runs (an array not yet evaluated).
+    #[test]
+    fn argmax_rows_are_mlx_argmax_as_ids() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let flat: Vec<f32> = (0..3 * 7)
+            .map(|i| ((i * 5) % 7) as f32 - (i / 7) as f32)
+            .collect();
+        let logits = Array::from_slice(&flat, &[1, 3, 7]);
+        let want = host_u32(&argmax_axis(&logits, -1, false).unwrap()).unwrap();
+        for lazy in [false, true] {
+            let input = if lazy {
+                logits.multiply(Array::from_f32(1.0)).unwrap()
+            } else {
+                logits.clone()
+            };
+            let picks = argmax_rows(&input).unwrap();
+            assert_eq!(picks.shape(), [1, 3], "lazy {lazy}");
+            assert_eq!(picks.dtype(), Dtype::Uint32, "lazy {lazy}");
+            assert_eq!(host_u32(&picks).unwrap(), want, "lazy {lazy}");
         }
     }
 }

@@ -5,10 +5,10 @@
 //! drafts are known (right, or wrong at a chosen position) to prove the
 //! loop's accept / commit / rollback logic independently of a drafter's skill.
 
+use crate::choose::argmax_rows;
 use crate::error::Result;
 use flashbar_models::{DraftCache, Drafter, Model};
-use mlx_rs::ops::indexing::argmax_axis;
-use mlx_rs::{Array, Dtype};
+use mlx_rs::Array;
 
 /// Proposes draft tokens for one round.
 pub trait Proposer {
@@ -73,7 +73,8 @@ impl Proposer for DflashProposer<'_> {
             .forward(target, &block, new_context, &mut self.cache)?;
         // Drafts are the drafter's argmax at any temperature: acceptance then
         // compares them with the target's own (position-keyed) choice, so the
-        // output is exactly what plain decoding gives.
-        Ok(argmax_axis(&logits, -1, false)?.as_dtype(Dtype::Uint32)?)
+        // output is exactly what plain decoding gives. On the CPU's host path
+        // they are read where the host left the logits.
+        argmax_rows(&logits)
     }
 }

@@ -2,12 +2,13 @@
 //! at most `block` tokens for one verify, so `verify / decode` caps every
 //! speedup speculation can give (docs/dflash.md, "Where the speed bound is").
 
+use crate::choose::argmax_rows;
 use crate::engine::Engine;
 use crate::error::Result;
 use flashbar_models::dflash_config::default_taps;
 use flashbar_models::qwen3_5::cache_arrays;
 use flashbar_models::{LayerCache, Outputs};
-use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
+use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::transforms::{async_eval, eval};
 use mlx_rs::Array;
 use serde::Serialize;
@@ -106,12 +107,12 @@ impl Engine {
                 .forward(&row(ids(1, prompt_tokens)), cache, Outputs::ALL)?
                 .logits;
             let mut out: Vec<Array> = cache_arrays(cache).into_iter().cloned().collect();
-            out.push(argmax_axis(&logits, -1, false)?);
+            out.push(argmax_rows(&logits)?);
             Ok(out)
         };
         let verify = |cache: &mut Vec<LayerCache>, keep: Option<usize>| -> Result<Vec<Array>> {
             let verified = model.verify(&row(ids(block, prompt_tokens)), cache, &taps)?;
-            let mut out = vec![argmax_axis(&verified.logits, -1, false)?];
+            let mut out = vec![argmax_rows(&verified.logits)?];
             out.extend(verified.taps.iter().cloned());
             out.extend(verified.tape.arrays().into_iter().cloned());
             if let Some(keep) = keep {
@@ -154,7 +155,7 @@ impl Engine {
                     let mut cache = primed.clone();
                     let s = sample(|| {
                         let logits = drafter.forward(model, &tokens, &fresh, &mut cache)?;
-                        Ok(vec![argmax_axis(&logits, -1, false)?])
+                        Ok(vec![argmax_rows(&logits)?])
                     })?;
                     if i >= 3 {
                         samples.push(s);
