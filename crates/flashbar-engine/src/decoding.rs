@@ -15,6 +15,7 @@ use crate::request::GenerateRequest;
 use crate::sampling::SamplingParams;
 use crate::sink::{per_second, Begin, FinishReason, Generation, Mode, RoundStats, Sink, Totals};
 use crate::tokenizer::TextTokenizer;
+use flashbar_models::nn::host;
 use flashbar_models::qwen3_5::{cache_arrays, pipeline_layers};
 use flashbar_models::{LayerCache, Model, Outputs};
 use mlx_rs::ops::concatenate;
@@ -352,7 +353,7 @@ impl Decoding<'_, '_> {
             return Ok(None);
         }
         let clock = Instant::now();
-        let context = concatenate(&run.context, 1)?;
+        let context = join_positions(&run.context.iter().collect::<Vec<_>>())?;
         run.context.clear();
         let d = proposer.propose(model, run.last, &context, drafts_wanted, run.generated)?;
         let drafts = host_u32(&d)?;
@@ -443,7 +444,7 @@ impl Decoding<'_, '_> {
             block.min(left)
         } - 1;
         let drafts = if drafts_wanted > 0 && !run.context.is_empty() {
-            let context = concatenate(&run.context, 1)?;
+            let context = join_positions(&run.context.iter().collect::<Vec<_>>())?;
             run.context.clear();
             let d = proposer.propose(model, run.last, &context, drafts_wanted, run.generated)?;
             // Queued, not waited for: the device drafts while the host builds
@@ -464,7 +465,7 @@ impl Decoding<'_, '_> {
         let clock = Instant::now();
         let last = Array::from_slice(&[run.last], &[1, 1]);
         let input = match &drafts {
-            Some(d) => concatenate(&[&last, d], 1)?,
+            Some(d) => join_positions(&[&last, d])?,
             None => last,
         };
         let verified = model.verify(&input, &mut run.cache, &taps)?;
@@ -503,8 +504,11 @@ impl Decoding<'_, '_> {
             async_eval(cache_arrays(&run.cache))?;
         }
         if let Some(tapped) = &verified.taps {
-            run.context
-                .push(tapped.index((.., ..(accepted as i32 + 1))));
+            let kept = accepted + 1;
+            run.context.push(match host::prefix_ready(tapped, kept) {
+                Some(prefix) => prefix,
+                None => tapped.index((.., ..kept as i32)),
+            });
         }
         let rollback_ms = ms_since(clock);
 
@@ -552,4 +556,14 @@ fn stop_unless(run: &mut Run, go_on: bool) {
 
 fn ms_since(clock: Instant) -> f64 {
     clock.elapsed().as_secs_f64() * 1e3
+}
+
+/// `arrays` (`[1, n_i, ...]`) joined along the positions: on the host where
+/// their values already are (`host::concatenate_ready`: no hand-over to
+/// MLX's thread on the CPU), else by MLX.
+fn join_positions(arrays: &[&Array]) -> Result<Array> {
+    match host::concatenate_ready(arrays, 1) {
+        Some(joined) => Ok(joined),
+        None => Ok(concatenate(arrays, 1)?),
+    }
 }

@@ -27,6 +27,18 @@ pub(crate) fn install_mlx_error_handler() {
     let _ = mlx_rs::Device::cpu().get_type();
 }
 
+/// Whether `array`'s values are there to read without running anything:
+/// made from host data or already evaluated, not merely queued. Reading
+/// such an array hands no work to MLX's thread (on the CPU, a sleep and a
+/// wake-up of the caller each time).
+pub fn is_ready(array: &mlx_rs::Array) -> bool {
+    install_mlx_error_handler();
+    let mut ready = false;
+    // SAFETY: `array` is a live mlx-c array; the call only reads its status.
+    let status = unsafe { mlx_sys::_mlx_array_is_available(&mut ready, array.as_ptr()) };
+    status == 0 && ready
+}
+
 /// The MLX version linked, and which build of it ("cpu", "cuda" or "metal").
 pub fn library() -> (&'static str, &'static str) {
     (mlx_sys::MLX_VERSION, mlx_sys::MLX_LIBRARY)

@@ -321,7 +321,12 @@ impl Model {
                     self.layers.len()
                 )))
             })?;
-            Some(concatenate(&tapped, -1)?)
+            let refs: Vec<&Array> = tapped.iter().collect();
+            let last_axis = tapped[0].ndim() - 1;
+            Some(match host::concatenate_ready(&refs, last_axis) {
+                Some(joined) => joined,
+                None => concatenate(&tapped, -1)?,
+            })
         };
         let h = if outputs.last_only && h.shape()[1] > 1 {
             h.index((.., -1.., ..))

@@ -70,6 +70,7 @@ mod columns_tests;
 #[cfg(target_arch = "x86_64")]
 mod columns_x86;
 mod gates;
+mod join;
 mod kv;
 mod ops;
 pub mod pool;
@@ -84,6 +85,7 @@ mod tests;
 pub use attention::*;
 pub use columns::*;
 pub use gates::{attention_gate, gated_norm};
+pub use join::{concatenate_ready, ids_ready, prefix_ready};
 pub use kv::HostKv;
 pub use ops::{
     add, norm_rows, rms_norm, sigmoid, sigmoids, silu, swiglu, takes, zip_with, zip_with_sigmoid,

@@ -446,9 +446,14 @@ impl Embedding {
             // The dequantized values, back in the type dequantize gives.
             LinearWeight::Host { weight, dtype } => {
                 let shape = ids.shape().to_vec();
-                let ids = ids.as_dtype(Dtype::Int32)?;
-                ids.eval()?;
-                let rows = weight.gather_rows(ids.as_slice::<i32>())?;
+                let rows = match host::ids_ready(ids) {
+                    Some(ids) => weight.gather_rows(&ids)?,
+                    None => {
+                        let ids = ids.as_dtype(Dtype::Int32)?;
+                        ids.eval()?;
+                        weight.gather_rows(ids.as_slice::<i32>())?
+                    }
+                };
                 let mut out_shape = shape;
                 out_shape.push(weight.k as i32);
                 host::from_f32(&rows, &out_shape, *dtype)?
