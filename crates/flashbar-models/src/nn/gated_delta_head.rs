@@ -14,7 +14,7 @@
 
 use crate::error::Result;
 use crate::nn::gated_delta::{GdnState, GdnTape};
-use crate::nn::gated_delta_host::{self, Dims, Inputs};
+use crate::nn::gated_delta_host::{self, Dims, Inputs, Layout};
 use crate::nn::host::{self, host_f32, round_bf16, HostVector};
 use mlx_rs::{Array, Dtype};
 
@@ -198,7 +198,8 @@ impl HostHead {
             g: &head.g,
             beta: &head.beta,
         };
-        let (y, delta) = gated_delta_host::record(inputs, &mut held.ssm, d, record);
+        let (y, delta) =
+            gated_delta_host::record_in(inputs, &mut held.ssm, Layout::Columns, d, record);
         state.host = Some(held);
         let tape = match (delta, ssm_before) {
             (Some(delta), Some(ssm_before)) => Some(GdnTape::host(HostTape {
@@ -223,7 +224,8 @@ impl HostHead {
 pub struct HostState {
     /// The last K-1 conv inputs `[K-1, C]` (bf16 values).
     conv: Vec<f32>,
-    /// The recurrent state `[Hv, Dv, Dk]` (f32).
+    /// The recurrent state by columns, `[Hv, Dk, Dv]` (f32), the layout the
+    /// recurrence works in (`gated_delta_host::Layout`).
     ssm: Vec<f32>,
     d: Dims,
 }
@@ -238,7 +240,7 @@ impl HostState {
                 None => vec![0f32; conv_len],
             },
             ssm: match ssm {
-                Some(s) => host_f32(s)?,
+                Some(s) => gated_delta_host::relaid(&host_f32(s)?, d, Layout::Columns),
                 None => vec![0f32; d.hv * d.dv * d.dk],
             },
             d,
@@ -252,14 +254,15 @@ impl HostState {
         let rows = (self.conv.len() / c) as i32;
         let conv = host::from_f32(&self.conv, &[1, rows, c as i32], Dtype::Bfloat16)?;
         let d = self.d;
-        let ssm = Array::from_slice(&self.ssm, &[1, d.hv as i32, d.dv as i32, d.dk as i32]);
+        let rows = gated_delta_host::relaid(&self.ssm, d, Layout::Rows);
+        let ssm = Array::from_slice(&rows, &[1, d.hv as i32, d.dv as i32, d.dk as i32]);
         Ok((conv, ssm))
     }
 }
 
 /// A verify's tape on the host path (the values `GdnTape`'s arrays hold
 /// on the other paths): the conv's input rows `[K-1+T, C]`, the state
-/// before, normalized keys `[T, Hk, Dk]`, decays `[T, Hv]` and updates
+/// before (by columns, as `HostState` holds it), normalized keys `[T, Hk, Dk]`, decays `[T, Hv]` and updates
 /// `[T, Hv, Dv]`.
 #[derive(Clone)]
 pub struct HostTape {
@@ -273,12 +276,13 @@ pub struct HostTape {
 
 impl HostTape {
     /// The state after the first `accepted` of the recorded tokens, as
-    /// [`gated_delta_host::replay_arrays`] gives it from the same values.
+    /// [`gated_delta_host::replay_arrays`] gives it from the same values
+    /// (by columns: [`gated_delta_host::replay_columns`]).
     pub fn rollback(&self, accepted: usize) -> HostState {
         let c = self.d.conv_channels();
         let keep = self.conv_input.len() / c - self.d.steps;
         let mut ssm = self.ssm_before.clone();
-        gated_delta_host::replay(&mut ssm, &self.k, &self.g, &self.delta, self.d, accepted);
+        gated_delta_host::replay_columns(&mut ssm, &self.k, &self.g, &self.delta, self.d, accepted);
         HostState {
             conv: self.conv_input[accepted * c..(accepted + keep) * c].to_vec(),
             ssm,

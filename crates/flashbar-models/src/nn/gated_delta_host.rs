@@ -71,8 +71,9 @@ type HeadJob<'a> = (
 const PARALLEL_FROM: usize = 1 << 17;
 
 host::vectorized! {
-    /// One value head over every step. `state` is that head's `[Dv, Dk]`;
-    /// `y` and `delta` its rows `[T, Dv]` (laid out per head, gathered after).
+    /// One value head over every step. `state` is that head's `[Dv, Dk]`, or
+    /// already `[Dk, Dv]` by `layout`; `y` and `delta` its rows `[T, Dv]`
+    /// (laid out per head, gathered after).
     /// The state is worked on by columns (`[Dk, Dv]`): every loop runs over
     /// the rows innermost, so it vectorises, while each row still decays, dots
     /// (in key order, from zero) and updates exactly as written in the module
@@ -83,6 +84,7 @@ host::vectorized! {
         d: Dims,
         inputs: Inputs,
         state: &mut [f32],
+        layout: Layout,
         y: &mut [f32],
         delta: Option<&mut [f32]>,
     ) {
@@ -90,7 +92,11 @@ host::vectorized! {
         let mut delta = delta;
         let kh = h / (d.hv / d.hk);
         let (dk, dv) = (d.dk, d.dv);
-        let mut cols = to_columns(state, dk, dv);
+        let mut by_rows = (layout == Layout::Rows).then(|| to_columns(state, dk, dv));
+        let cols: &mut [f32] = match by_rows.as_mut() {
+            Some(cols) => cols,
+            None => &mut *state,
+        };
         let (mut kv, mut step, mut out) = (vec![0f32; dv], vec![0f32; dv], vec![0f32; dv]);
         for t in 0..d.steps {
             let key = &k[(t * d.hk + kh) * dk..][..dk];
@@ -122,8 +128,36 @@ host::vectorized! {
                 delta[t * dv..(t + 1) * dv].copy_from_slice(&step);
             }
         }
-        from_columns(&cols, state, dk, dv);
+        if let Some(cols) = &by_rows {
+            from_columns(cols, state, dk, dv);
+        }
     }
+}
+
+/// How a recurrent state `[Hv, ...]` holds each head: by rows `[Dv, Dk]`
+/// (the model's layout, MLX's) or by columns `[Dk, Dv]`, the layout the
+/// recurrence works in, which the host cache keeps between steps so that no
+/// step transposes it (`gated_delta_head::HostState`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    Rows,
+    Columns,
+}
+
+/// `state`, laid out the other way: by `to`, from the other layout.
+pub fn relaid(state: &[f32], d: Dims, to: Layout) -> Vec<f32> {
+    let per_head = d.dv * d.dk;
+    let mut out = vec![0f32; state.len()];
+    for (from, into) in state
+        .chunks_exact(per_head)
+        .zip(out.chunks_exact_mut(per_head))
+    {
+        match to {
+            Layout::Columns => into.copy_from_slice(&to_columns(from, d.dk, d.dv)),
+            Layout::Rows => from_columns(from, into, d.dk, d.dv),
+        }
+    }
+    out
 }
 
 /// Steps from which a run with no tape (a prefill: decode and verify never
@@ -161,13 +195,31 @@ pub fn record(
     d: Dims,
     record: bool,
 ) -> (Vec<f32>, Option<Vec<f32>>) {
+    record_in(inputs, state, Layout::Rows, d, record)
+}
+
+/// [`record`] for a state laid out per head by `layout`.
+pub fn record_in(
+    inputs: Inputs,
+    state: &mut [f32],
+    layout: Layout,
+    d: Dims,
+    record: bool,
+) -> (Vec<f32>, Option<Vec<f32>>) {
     if !record && d.steps >= CHUNKED_FROM && host::arithmetic() == host::Arithmetic::F32 {
-        return (gated_delta_chunked::run(inputs, state, d), None);
+        if layout == Layout::Rows {
+            return (gated_delta_chunked::run(inputs, state, d), None);
+        }
+        // A long prefill: the chunked path takes rows.
+        let mut rows = relaid(state, d, Layout::Rows);
+        let y = gated_delta_chunked::run(inputs, &mut rows, d);
+        state.copy_from_slice(&relaid(&rows, d, Layout::Columns));
+        return (y, None);
     }
     let per_head = d.steps * d.dv;
     let mut y = vec![0f32; d.hv * per_head];
     let mut delta = record.then(|| vec![0f32; d.hv * per_head]);
-    let work = |(h, ((s, y), delta)): HeadJob| head(h, d, inputs, s, y, delta);
+    let work = |(h, ((s, y), delta)): HeadJob| head(h, d, inputs, s, layout, y, delta);
     let states = state.chunks_exact_mut(d.dv * d.dk);
     let ys = y.chunks_exact_mut(per_head);
     let deltas: Vec<Option<&mut [f32]>> = match &mut delta {
@@ -209,6 +261,28 @@ host::vectorized! {
                     }
                     let step = delta[(t * d.hv + h) * d.dv + r];
                     for (s, kk) in row.iter_mut().zip(key) {
+                        *s += kk * step;
+                    }
+                }
+            }
+        }
+    }
+}
+
+host::vectorized! {
+    /// [`replay`] for a state by columns (`Layout::Columns`): each value
+    /// decayed and updated as there (every element on its own, so the
+    /// layout changes no bit).
+    pub fn replay_columns(state: &mut [f32], k: &[f32], g: &[f32], delta: &[f32], d: Dims, steps: usize) {
+        for (h, cols) in state.chunks_exact_mut(d.dv * d.dk).enumerate() {
+            let kh = h / (d.hv / d.hk);
+            for t in 0..steps {
+                let key = &k[(t * d.hk + kh) * d.dk..][..d.dk];
+                let gate = g[t * d.hv + h];
+                let steps = &delta[(t * d.hv + h) * d.dv..][..d.dv];
+                for (col, &kk) in cols.chunks_exact_mut(d.dv).zip(key) {
+                    for (s, &step) in col.iter_mut().zip(steps) {
+                        *s *= gate;
                         *s += kk * step;
                     }
                 }
@@ -345,6 +419,60 @@ mod tests {
             let mut replayed = start.clone();
             replay(&mut replayed, &k, &g, &delta, D, kept);
             assert_eq!(replayed, states[kept], "replay of {kept} steps");
+        }
+    }
+
+    /// A state kept by columns gives the bits a state by rows gives: the
+    /// same y, deltas and (laid back) state, with and without a tape, in a
+    /// prefill long enough for the chunked path, and in the replay.
+    #[test]
+    fn a_state_by_columns_is_a_state_by_rows() {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (steps, tape) in [
+            (1, true),
+            (16, true),
+            (16, false),
+            (CHUNKED_FROM + 3, false),
+        ] {
+            let d = Dims { steps, ..D };
+            let [q, k, v, g, beta] = inputs(d);
+            let all = Inputs {
+                q: &q,
+                k: &k,
+                v: &v,
+                g: &g,
+                beta: &beta,
+            };
+            let start = values(d.hv * d.dv * d.dk, 9.0, 0.2);
+            let mut rows = start.clone();
+            let mut cols = relaid(&start, d, Layout::Columns);
+            assert_eq!(bits(&relaid(&cols, d, Layout::Rows)), bits(&start));
+            let (y_rows, delta_rows) = record(all, &mut rows, d, tape);
+            let (y_cols, delta_cols) = record_in(all, &mut cols, Layout::Columns, d, tape);
+            assert_eq!(bits(&y_cols), bits(&y_rows), "y, {steps} steps");
+            assert_eq!(
+                delta_cols.as_deref().map(bits),
+                delta_rows.as_deref().map(bits),
+                "deltas, {steps} steps"
+            );
+            assert_eq!(
+                bits(&relaid(&cols, d, Layout::Rows)),
+                bits(&rows),
+                "state, {steps} steps"
+            );
+            if let Some(delta) = delta_rows {
+                for kept in [0, 1, steps] {
+                    let mut by_rows = start.clone();
+                    let mut by_cols = relaid(&start, d, Layout::Columns);
+                    replay(&mut by_rows, &k, &g, &delta, d, kept);
+                    replay_columns(&mut by_cols, &k, &g, &delta, d, kept);
+                    assert_eq!(
+                        bits(&relaid(&by_cols, d, Layout::Rows)),
+                        bits(&by_rows),
+                        "replay of {kept}"
+                    );
+                }
+            }
         }
     }
 
