@@ -54,6 +54,28 @@ PROMPTS = {
         "    Parameters\n    ----------\n",
     ],
 }
+# Four more a regime (`--wide`): with four, one answer that leaves the
+# drafter's path early moves a regime's mean by ~0.3 (docs/acceptance.md).
+MORE_PROMPTS = {
+    "deterministic": [
+        "10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120, 130, 140,",
+        "    self.assertEqual(a, 1)\n    self.assertEqual(a, 1)\n    self.assertEqual(a, 1)\n",
+        "['a', 'b', 'c', 'a', 'b', 'c', 'a', 'b', 'c', 'a', 'b', 'c',",
+        ("#" * 40 + "\n") * 3,
+    ],
+    "code": [
+        "    def __repr__(self):\n",
+        "if __name__ == \"__main__\":\n",
+        "try:\n    import json\nexcept ImportError:\n",
+        "    def forward(self, x):\n",
+    ],
+    "prose": [
+        "# TODO: this is",
+        "    Returns\n    -------\n",
+        "    Raises\n    ------\n",
+        '"""A small library for',
+    ],
+}
 BLOCK = 16
 
 
@@ -157,9 +179,13 @@ def main():
     parser.add_argument("--json", type=Path)
     parser.add_argument("--no-reference", action="store_true",
                         help="ours only (z-lab and mlx-lm take most of the run on a CPU)")
+    parser.add_argument("--wide", action="store_true",
+                        help="eight prompts a regime: the four above and MORE_PROMPTS' four")
     args = parser.parse_args()
     results = {}
     for regime, prompts in PROMPTS.items():
+        if args.wide:
+            prompts = prompts + MORE_PROMPTS[regime]
         a = ours(args.flashbar, args.model, args.drafter, prompts, args.max_tokens, args.repeats)
         b = (zlab(args.model, args.drafter, prompts, args.max_tokens) if not args.no_reference
              else [None] * len(prompts))

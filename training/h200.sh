@@ -31,7 +31,9 @@
 #        $work are moved to $work/used first, so only the new rows are read
 #        (docs/acceptance.md, "Two more fine-tunes"). PROMPT_AT=line draws
 #        the prompts as windows ending where a line opens a block
-#        (torch_distill.py --prompt-at line) instead of random windows.
+#        (torch_distill.py --prompt-at line) instead of random windows;
+#        PROMPT_AT=window,line splits the 49,152 between the kinds, one shard
+#        each (SHARD, SHARD + 1, ...), all read by the one fine-tune.
 # Each step fits one 10-minute call; outputs land in /tmp/flashbar-train and,
 # packed in parts under 16 MB, in $OUT (tar xf of the joined parts unpacks them).
 set -euo pipefail
@@ -139,12 +141,21 @@ case $step in
   finetune)
     shard=$1 init=$2 tag=$3; shift 3
     began=$(date +%s)
+    IFS=',' read -ra kinds <<< "${PROMPT_AT:-window}"
+    per_kind=$((49152 / ${#kinds[@]}))
     mkdir -p "$work/used"
     for cache in "$work"/sequences*.npz; do
-      [ -e "$cache" ] && [ "$cache" != "$work/sequences-shard-$shard.npz" ] && mv "$cache" "$work/used/"
+      [ -e "$cache" ] || continue
+      keep=0
+      for i in "${!kinds[@]}"; do
+        [ "$cache" = "$work/sequences-shard-$((shard + i)).npz" ] && keep=1
+      done
+      [ "$keep" = 1 ] || mv "$cache" "$work/used/"
     done
-    (cd training && python3 torch_distill.py "$work" --shard "$shard" --sequences 49152 --batch 4096 \
-      --prompt-at "${PROMPT_AT:-window}" --deadline $((began + 130))) 2>&1 | tail -3
+    for i in "${!kinds[@]}"; do
+      (cd training && python3 torch_distill.py "$work" --shard $((shard + i)) --sequences "$per_kind" --batch 4096 \
+        --prompt-at "${kinds[$i]}" --deadline $((began + 130))) 2>&1 | tail -3
+    done
     python3 training/train_drafter.py "$work" --init "$init" --tag "$tag" --lr 5e-4 --tap-batch 512 \
       --sequences 49152 --steps 8000 --deadline $((began + 570)) "$@" 2>&1 | tee "$OUT/drafter-$tag.log" | tail -5
     tar -C "$work" -cf - "drafter-$tag" "train_drafter-$tag.json" | split -b 15M - "$OUT/drafters.tar.part-"
