@@ -5,17 +5,29 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 /// The folder a cache variable (`FLASHBAR_KERNEL_CACHE`,
-/// `FLASHBAR_NVRTC_CACHE`) names: none when unset, empty, `0` or `off`;
+/// `FLASHBAR_NVRTC_CACHE`) names: none when empty, `0` or `off`;
 /// `$XDG_CACHE_HOME/flashbar/<default>` (or `~/.cache/flashbar/<default>`)
-/// for `1` or `on`; else the value itself.
-pub(crate) fn folder(var: &str, default: &str) -> Option<PathBuf> {
+/// for `1` or `on`; else the value itself. Unset, it reads as `1` where the
+/// cache is on by default (`on_when_unset`), else as `0`.
+pub(crate) fn folder(var: &str, default: &str, on_when_unset: bool) -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
-    folder_from(std::env::var_os(var).as_deref(), base, default)
+    folder_from(
+        std::env::var_os(var).as_deref(),
+        base,
+        default,
+        on_when_unset,
+    )
 }
 
-fn folder_from(value: Option<&OsStr>, base: Option<PathBuf>, default: &str) -> Option<PathBuf> {
+fn folder_from(
+    value: Option<&OsStr>,
+    base: Option<PathBuf>,
+    default: &str,
+    on_when_unset: bool,
+) -> Option<PathBuf> {
+    let value = value.or_else(|| on_when_unset.then_some(OsStr::new("1")));
     match value?.to_str() {
         Some("" | "0" | "off") => None,
         Some("1" | "on") => base.map(|b| b.join("flashbar").join(default)),
@@ -44,8 +56,16 @@ mod tests {
     #[test]
     fn a_cache_variable_names_no_folder_the_default_or_its_own() {
         let base = || Some(PathBuf::from("/c"));
-        let of = |v: Option<&str>| folder_from(v.map(OsStr::new), base(), "k");
+        let of = |v: Option<&str>| folder_from(v.map(OsStr::new), base(), "k", false);
         assert_eq!(of(None), None);
+        let on = |v: Option<&str>| folder_from(v.map(OsStr::new), base(), "k", true);
+        assert_eq!(
+            on(None),
+            Some(PathBuf::from("/c/flashbar/k")),
+            "on by default"
+        );
+        assert_eq!(on(Some("0")), None, "turned off");
+        assert_eq!(on(Some("/x")), Some(PathBuf::from("/x")));
         for off in ["", "0", "off"] {
             assert_eq!(of(Some(off)), None, "{off}");
         }
@@ -53,7 +73,7 @@ mod tests {
         assert_eq!(of(Some("on")), Some(PathBuf::from("/c/flashbar/k")));
         assert_eq!(of(Some("/x/y")), Some(PathBuf::from("/x/y")));
         assert_eq!(
-            folder_from(Some(OsStr::new("1")), None, "k"),
+            folder_from(Some(OsStr::new("1")), None, "k", false),
             None,
             "no home, no cache"
         );

@@ -36,7 +36,7 @@ pub(crate) fn enabled() -> bool {
 }
 
 fn cache_dir() -> Option<PathBuf> {
-    disk::folder(CACHE_ENV, "cuda-kernels")
+    disk::folder(CACHE_ENV, "cuda-kernels", false)
 }
 
 /// One compiled variant of a body.

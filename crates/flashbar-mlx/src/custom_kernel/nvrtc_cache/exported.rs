@@ -10,12 +10,12 @@ use std::sync::OnceLock;
 /// NVRTC_ERROR_INTERNAL_ERROR: no real NVRTC was found.
 const INTERNAL: c_int = 11;
 
-/// `FLASHBAR_NVRTC_CACHE`: unset, `0` or `off`, every call goes straight
-/// to NVRTC; `1` or `on`, the cache lives in
-/// `$XDG_CACHE_HOME/flashbar/nvrtc` (or `~/.cache/...`); else it names
-/// the folder.
+/// `FLASHBAR_NVRTC_CACHE`: unset, `1` or `on`, the cache lives in
+/// `$XDG_CACHE_HOME/flashbar/nvrtc` (or `~/.cache/...`); `0` or `off`,
+/// every call goes straight to NVRTC; else it names the folder. On by
+/// default since it held on a GPU (docs/gpu.md, "The NVRTC cache").
 fn folder() -> Option<PathBuf> {
-    super::super::disk::folder("FLASHBAR_NVRTC_CACHE", "nvrtc")
+    super::super::disk::folder("FLASHBAR_NVRTC_CACHE", "nvrtc", true)
 }
 
 fn cache() -> Option<&'static Cache> {

@@ -8,8 +8,9 @@
 //! the result is stored. Every other call goes to the real NVRTC, or, for a
 //! program answered from disk, is answered from the stored entry.
 //!
-//! Opt-in while unproven on a GPU: `FLASHBAR_NVRTC_CACHE=1` (or a folder);
-//! without it every call goes straight through.
+//! On by default (it held on an H100: docs/gpu.md, "The NVRTC cache");
+//! `FLASHBAR_NVRTC_CACHE=0` sends every call straight through, a folder
+//! moves the cache there.
 
 use super::nvrtc::Nvrtc;
 use sha2::{Digest, Sha256};
