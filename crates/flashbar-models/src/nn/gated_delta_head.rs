@@ -20,8 +20,8 @@ use mlx_rs::{Array, Dtype};
 
 /// The layer's fixed parts, as the host computes with them.
 pub struct HostHead {
-    /// `[C, K]`, the conv's taps per channel.
-    conv: Vec<f32>,
+    /// `[K, C]`, the conv's taps by rows ([`taps_by_rows`]).
+    conv_taps: Vec<f32>,
     /// `exp(A_log)` per value head (f32, as MLX computes it each step).
     decay: Vec<f32>,
     dt_bias: Vec<f32>,
@@ -55,7 +55,7 @@ impl HostHead {
             return Ok(None);
         }
         Ok(Some(HostHead {
-            conv: host_f32(conv_weight)?,
+            conv_taps: taps_by_rows(&host_f32(conv_weight)?, conv_weight.shape()[1] as usize),
             decay: host_f32(a_log)?.iter().map(|&a| host::mlx_exp(a)).collect(),
             dt_bias: host_f32(dt_bias)?,
             dt_bf16,
@@ -66,11 +66,11 @@ impl HostHead {
     /// The head for `t` new rows: `qkv` `[T, C]`, `b`, `a` `[T, Hv]` (bf16
     /// values), after `state` `[K-1, C]`; `d` gives the split of C.
     pub fn run(&self, qkv: &[f32], b: &[f32], a: &[f32], state: &[f32], d: Dims) -> Head {
-        let c = self.conv.len() / self.kernel;
+        let c = self.conv_taps.len() / self.kernel;
         let mut conv_input = Vec::with_capacity(state.len() + qkv.len());
         conv_input.extend_from_slice(state);
         conv_input.extend_from_slice(qkv);
-        let mixed = conv_silu(&conv_input, &self.conv, self.kernel, c);
+        let mixed = conv_silu(&conv_input, &self.conv_taps, c);
         let key_dim = d.hk * d.dk;
         let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
         for row in mixed.chunks_exact(c) {
@@ -104,21 +104,46 @@ impl HostHead {
     }
 }
 
-host::vectorized! {
-    /// The causal depthwise conv over `input` `[K-1+T, C]` by `w` `[C, K]`,
-    /// each output the taps' products summed in order from zero and rounded
-    /// to bf16, then mlx-rs's silu in bf16: `[T, C]`. The taps are read by
-    /// rows (`w` transposed to `[K, C]`), so the adds run across channels in
-    /// vector registers, each channel's sum in the same order.
-    pub fn conv_silu(input: &[f32], w: &[f32], kernel: usize, c: usize) -> Vec<f32> {
-        let t = input.len() / c + 1 - kernel;
-        let mut taps = vec![0f32; kernel * c];
-        for (ch, row) in w.chunks_exact(kernel).enumerate() {
-            for (j, &v) in row.iter().enumerate() {
-                taps[j * c + ch] = v;
-            }
+/// The conv's taps by rows, `[K, C]`, from its weight `[C, K]`: made once
+/// per layer, so that [`conv_silu`]'s adds run across channels.
+fn taps_by_rows(w: &[f32], kernel: usize) -> Vec<f32> {
+    let c = w.len() / kernel;
+    let mut taps = vec![0f32; kernel * c];
+    for (ch, row) in w.chunks_exact(kernel).enumerate() {
+        for (j, &v) in row.iter().enumerate() {
+            taps[j * c + ch] = v;
         }
-        let mut out = vec![0f32; t * c];
+    }
+    taps
+}
+
+/// The causal depthwise conv over `input` `[K-1+T, C]` by `taps` `[K, C]`
+/// ([`taps_by_rows`]), each output the taps' products summed in order from
+/// zero and rounded to bf16, then mlx-rs's silu in bf16: `[T, C]`. A
+/// verify's rows (from [`host::ZIP_PARALLEL_FROM`] outputs) are split over
+/// the host's threads; each row is computed alike whichever thread runs it.
+pub fn conv_silu(input: &[f32], taps: &[f32], c: usize) -> Vec<f32> {
+    let kernel = taps.len() / c;
+    let t = input.len() / c + 1 - kernel;
+    let mut out = vec![0f32; t * c];
+    let threads = host::pool::threads();
+    if t * c < host::ZIP_PARALLEL_FROM || threads == 1 || t < 2 {
+        conv_silu_rows(input, taps, c, &mut out);
+        return out;
+    }
+    let rows = t.div_ceil(threads);
+    let parts: Vec<_> = out.chunks_mut(rows * c).enumerate().collect();
+    host::pool::each(parts, |(part, out)| {
+        conv_silu_rows(&input[part * rows * c..], taps, c, out)
+    });
+    out
+}
+
+host::vectorized! {
+    /// [`conv_silu`] for the rows of `out`, whose first output reads
+    /// `input`'s first row. The adds run across channels in vector
+    /// registers, each channel's sum in the same order.
+    fn conv_silu_rows(input: &[f32], taps: &[f32], c: usize, out: &mut [f32]) {
         for (i, row) in out.chunks_exact_mut(c).enumerate() {
             for (j, tap) in taps.chunks_exact(c).enumerate() {
                 let inputs = &input[(i + j) * c..(i + j + 1) * c];
@@ -130,9 +155,8 @@ host::vectorized! {
                 *o = round_bf16(*o);
             }
         }
-        let inputs = out.clone();
-        host::zip_with_sigmoid(&mut out, &inputs, true, |_, x, s| round_bf16(x * s));
-        out
+        let inputs = out.to_vec();
+        host::zip_with_sigmoid(out, &inputs, true, |_, x, s| round_bf16(x * s));
     }
 }
 
@@ -177,7 +201,7 @@ impl HostHead {
         d: Dims,
         record: bool,
     ) -> Result<(Array, Option<GdnTape>)> {
-        let c = self.conv.len() / self.kernel;
+        let c = self.conv_taps.len() / self.kernel;
         let keep = self.kernel - 1;
         let (qkv, b, a) = (host_f32(qkv)?, host_f32(b)?, host_f32(a)?);
         let mut held = match state.host.take() {
@@ -305,8 +329,10 @@ mod tests {
     #[test]
     fn the_head_is_mlx_s_ops() {
         mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
-        let (t, k, c) = (16usize, 4usize, 256usize);
-        for scale in [0.1f32, 1.0, 8.0] {
+        let (k, c) = (4usize, 256usize);
+        // A decode step's row, a few rows, a verify's 16 (split over the
+        // host's threads from 4,096 outputs).
+        for (t, scale) in [(1usize, 1.0f32), (3, 8.0), (16, 0.1), (16, 1.0), (16, 8.0)] {
             let rows = bf16_values((t + k - 1) * c, 0.4, scale);
             let w = bf16_values(c * k, 9.1, 1.0);
             let to16 = |v: &[f32], shape: &[i32]| {
@@ -318,7 +344,7 @@ mod tests {
             let weight = to16(&w, &[c as i32, k as i32, 1]);
             let conv = conv1d(&input, &weight, 1, 0, 1, c as i32).unwrap();
             let expected = mlx_rs::nn::silu(conv).unwrap();
-            let ours = conv_silu(&rows, &w, k, c);
+            let ours = conv_silu(&rows, &taps_by_rows(&w, k), c);
             let ours: Vec<u32> = ours.iter().map(|v| v.to_bits()).collect();
             assert_eq!(ours, bits(&expected), "conv x{scale}");
 

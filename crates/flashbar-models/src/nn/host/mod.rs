@@ -89,7 +89,7 @@ pub use join::{concatenate_ready, ids_ready, prefix_ready};
 pub use kv::HostKv;
 pub use ops::{
     add, norm_rows, rms_norm, sigmoid, sigmoids, silu, swiglu, takes, zip_with, zip_with_sigmoid,
-    HostVector,
+    HostVector, ZIP_PARALLEL_FROM,
 };
 pub use rows::*;
 
