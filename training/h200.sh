@@ -26,8 +26,10 @@
 #   bash training/h200.sh finetune SHARD INIT TAG [ARGS]
 #        a fine-tune in one call: torch_distill.py generates 49,152 sequences
 #        of shard SHARD (~61 s), then train_drafter.py --init INIT (a drafter
-#        folder) trains drafter-TAG on them for --steps 8000 (~19 ms a step)
-#        unless ARGS say otherwise (e.g. --lr 3e-4); other shards' caches in
+#        folder) trains drafter-TAG on them for as many steps as fit the
+#        deadline (--steps 0: timed on a throwaway drafter first, so the
+#        schedule decays before the call ends; the report keeps the count,
+#        and --steps N in ARGS repeats it; e.g. --lr 3e-4); other shards' caches in
 #        $work are moved to $work/used first, so only the new rows are read
 #        (docs/acceptance.md, "Two more fine-tunes"). PROMPT_AT=line draws
 #        the prompts as windows ending where a line opens a block
@@ -157,7 +159,7 @@ case $step in
         --prompt-at "${kinds[$i]}" --deadline $((began + 130))) 2>&1 | tail -3
     done
     python3 training/train_drafter.py "$work" --init "$init" --tag "$tag" --lr 5e-4 --tap-batch 512 \
-      --sequences 49152 --steps 8000 --deadline $((began + 570)) "$@" 2>&1 | tee "$OUT/drafter-$tag.log" | tail -5
+      --sequences 49152 --steps 0 --deadline $((began + 570)) "$@" 2>&1 | tee "$OUT/drafter-$tag.log" | tail -5
     tar -C "$work" -cf - "drafter-$tag" "train_drafter-$tag.json" | split -b 15M - "$OUT/drafters.tar.part-"
     ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
