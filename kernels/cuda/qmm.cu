@@ -185,9 +185,11 @@ for (int mt = 0; mt < MT; ++mt)
     for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
 
 const int chunks = (K + CHUNK - 1) / CHUNK;
-// Unrolled twice so the next chunk's weight loads can issue before this
-// chunk's products (no store in the loop; each warp's order is unchanged).
-#pragma unroll 2
+// Not unrolled: unrolling twice (so the next chunk's loads could issue
+// before this chunk's products), or loading the next chunk by hand before
+// them, was slower or no faster on an H100 (docs/gpu.md, "Weight loads
+// ahead of the products": more registers, fewer warps resident).
+#pragma unroll 1
 for (int c = warp; c < chunks; c += warps) {
   const int k0 = c * CHUNK + t * VALS;
   const bool live = k0 < K;
