@@ -6,6 +6,10 @@
 //! AVX-512 BF16 the fused sums take the pair products;
 //! `FLASHBAR_HOST_SIMD=avx512` times the fused kernels instead.
 //!
+//! Last, the ceiling: the pair-product instruction alone (`vdpbf16ps`,
+//! 16 independent sums a thread, no loads) on one thread and on one
+//! thread a core, in multiply-adds a second (docs/cpu.md, "The ceiling").
+//!
 //!     host_matmul [ROWS ...]     (default: 1 16)
 
 use flashbar_models::nn::host::{bf16_in_pair_range, matmul_columns, to_panels, ColumnSum};
@@ -64,6 +68,50 @@ fn run(m: &Map, x: &[f32], out: &mut Vec<f32>) {
     matmul_columns(x, w, (m.k, m.n), ColumnSum::Fused, m.in_range, out);
 }
 
+/// Multiply-adds a second of `vdpbf16ps` alone on `threads` threads at
+/// once (each 16 independent sums of 32 multiply-adds an instruction, so
+/// neither latency nor memory bounds it): the most any product can reach.
+#[cfg(target_arch = "x86_64")]
+fn ceiling(threads: usize) -> Option<f64> {
+    if !(std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bf16"))
+    {
+        return None;
+    }
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn spin(rounds: usize) -> f32 {
+        use std::arch::x86_64::*;
+        let a = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(0x3F80_3F80));
+        let b = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(0x2000_2000));
+        let mut acc = [_mm512_setzero_ps(); 16];
+        for _ in 0..rounds {
+            for sum in acc.iter_mut() {
+                *sum = _mm512_dpbf16_ps(*sum, a, b);
+            }
+        }
+        acc.iter().map(|v| _mm512_reduce_add_ps(*v)).sum()
+    }
+    let rounds = 2_000_000;
+    let best = (0..5)
+        .map(|_| {
+            let clock = Instant::now();
+            std::thread::scope(|scope| {
+                for _ in 0..threads {
+                    // SAFETY: the CPU has AVX-512F and BF16 (checked above).
+                    scope.spawn(|| std::hint::black_box(unsafe { spin(rounds) }));
+                }
+            });
+            clock.elapsed().as_secs_f64()
+        })
+        .fold(f64::MAX, f64::min);
+    Some((threads * rounds * 16 * 32) as f64 / best / 1e9)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn ceiling(_threads: usize) -> Option<f64> {
+    None
+}
+
 fn main() {
     mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
     let rows: Vec<usize> = std::env::args()
@@ -98,5 +146,12 @@ fn main() {
             line += &format!("  {r} rows {us:7.1} us ({gmacs:5.1} G/s)");
         }
         println!("{line}");
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for threads in [1, cores] {
+        match ceiling(threads) {
+            Some(g) => println!("vdpbf16ps alone, {threads} thread(s): {g:6.1} G/s"),
+            None => println!("vdpbf16ps: not on this CPU"),
+        }
     }
 }
