@@ -293,3 +293,48 @@ def line_end_windows(stream, tokenizer, prompt: int):
             ends.append(at + 1)
         line = tail
     return np.asarray(ends, dtype=np.int64)
+
+
+def prose_windows(stream, tokenizer, prompt: int):
+    """End positions (exclusive) in `stream` of `prompt`-token windows that
+    end inside prose: after a whole word of a docstring (inside triple
+    quotes) or of a `#` comment, or after a newline inside a docstring. Such
+    windows read like the prose prompts of bench/acceptance.py
+    (`    \"\"\"Return the`, `# This function computes`, a `Parameters`
+    header), which random windows, mostly code, and line-end windows
+    rarely are."""
+    import numpy as np
+
+    texts = [tokenizer.decode([i], skip_special_tokens=False) for i in range(tokenizer.get_vocab_size())]
+    ends, line = [], ""
+    doc = ""  # the quote character of the open docstring, "" outside one
+    quote, run = "", 0  # the quote character of the current run of quotes, and its length
+    tokens = stream.tolist()
+    for at, token in enumerate(tokens):
+        text = texts[token]
+        if '"' in text or "'" in text:
+            for ch in text:
+                if ch in "\"'":
+                    run = run + 1 if ch == quote else 1
+                    quote = ch
+                    if run == 3 and doc in ("", ch):  # a triple quote opens or closes a docstring
+                        doc, run = ("" if doc else ch), 0
+                else:
+                    quote, run = "", 0
+        elif text:
+            quote, run = "", 0
+        in_doc = doc != ""
+        if "\n" in text:
+            line = text.rpartition("\n")[2]
+            ended = in_doc
+        else:
+            line += text
+            comment = not in_doc and "#" in line
+            words = line.split("#", 1)[1].split() if comment else line.split()
+            following = texts[tokens[at + 1]] if at + 1 < len(tokens) else " "
+            # after a whole word: the next token does not go on with it
+            ended = ((in_doc or comment) and len(words) >= 1 and text[-1:].isalpha()
+                     and not following[:1].isalnum())
+        if ended and at + 1 >= prompt:
+            ends.append(at + 1)
+    return np.asarray(ends, dtype=np.int64)

@@ -34,8 +34,10 @@
 #        (docs/acceptance.md, "Two more fine-tunes"). PROMPT_AT=line draws
 #        the prompts as windows ending where a line opens a block
 #        (torch_distill.py --prompt-at line) instead of random windows;
-#        PROMPT_AT=window,line splits the 49,152 between the kinds, one shard
-#        each (SHARD, SHARD + 1, ...), all read by the one fine-tune.
+#        PROMPT_AT=prose windows ending after a word of a docstring or a
+#        comment (--prompt-at prose); PROMPT_AT=window,line,prose splits the
+#        49,152 between the kinds, one shard each (SHARD, SHARD + 1, ...),
+#        all read by the one fine-tune.
 # Each step fits one 10-minute call; outputs land in /tmp/flashbar-train and,
 # packed in parts under 16 MB, in $OUT (tar xf of the joined parts unpacks them).
 set -euo pipefail

@@ -2,7 +2,7 @@
 
     python training/torch_distill.py OUT --shard K [--sequences N] [--batch 2048]
                                           [--target DIR] [--deadline UNIX_TIME]
-                                          [--prompt-at window|line]
+                                          [--prompt-at window|line|prose]
 
 Writes OUT/sequences-shard-K.npz in the format `train_drafter.py` reads
 (same prompts stream, same share of sampled rows, same metadata), so a
@@ -205,10 +205,12 @@ def main():
     parser.add_argument("--generate", type=int, default=192)
     parser.add_argument("--sampled-fraction", type=float, default=0.125)
     parser.add_argument("--deadline", type=float, default=0.0, help="unix time; stop starting batches after it")
-    parser.add_argument("--prompt-at", choices=("window", "line"), default="window",
+    parser.add_argument("--prompt-at", choices=("window", "line", "prose"), default="window",
                         help="window: prompts are random corpus windows; line: windows ending right "
-                             "after a line that opens a block (common.line_end_windows), drawn "
-                             "without repeats, like the prompts people write")
+                             "after a line that opens a block (common.line_end_windows); prose: "
+                             "windows ending after a word of a docstring or comment "
+                             "(common.prose_windows); both drawn without repeats, like the "
+                             "prompts people write")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # f32 products, as MLX's
@@ -225,18 +227,19 @@ def main():
     rng = np.random.default_rng(shard_entropy(args.seed, args.shard))
     generator = torch.Generator(device=args.device).manual_seed(args.seed * 1000 + 1 + args.shard)
     began, out = time.time(), []
-    if args.prompt_at == "line":
-        ends = common.line_end_windows(stream, common.load_tokenizer(target_dir), args.prompt)
+    if args.prompt_at != "window":
+        find = {"line": common.line_end_windows, "prose": common.prose_windows}[args.prompt_at]
+        ends = find(stream, common.load_tokenizer(target_dir), args.prompt)
         if len(ends) < args.sequences:
-            raise SystemExit(f"only {len(ends)} line-end windows for {args.sequences} sequences")
-        line_starts = rng.choice(ends, size=args.sequences, replace=False) - args.prompt
-        print(f"{len(ends)} line-end windows in {time.time() - began:.1f} s", flush=True)
+            raise SystemExit(f"only {len(ends)} {args.prompt_at} windows for {args.sequences} sequences")
+        drawn_starts = rng.choice(ends, size=args.sequences, replace=False) - args.prompt
+        print(f"{len(ends)} {args.prompt_at} windows in {time.time() - began:.1f} s", flush=True)
     for first in range(0, args.sequences, args.batch):
         if first and args.deadline and time.time() > args.deadline:
             break
         n = min(args.batch, args.sequences - first)
-        if args.prompt_at == "line":
-            starts = line_starts[first:first + n]
+        if args.prompt_at != "window":
+            starts = drawn_starts[first:first + n]
         else:
             starts = rng.integers(0, stream.size - args.prompt, size=n)
         prompts = np.stack([stream[s:s + args.prompt] for s in starts])

@@ -188,3 +188,32 @@ def test_line_end_windows_end_where_a_block_opens():
     assert opened == ["def fib(n):", "if n < 2:", "class Stack:", '"""A stack."""'], heads
     # A window must fit before its end: none ends inside the first 10 tokens.
     assert all(end >= 10 for end in common.line_end_windows(ids, tokenizer, 10))
+
+
+def test_prose_windows_end_inside_docstrings_and_comments():
+    # The prose prompts of bench/acceptance.py end after a word of a
+    # docstring or comment, or after a docstring's newline; the
+    # distillation can draw its windows there (torch_distill.py --prompt-at prose).
+    import numpy as np
+
+    tokenizer = common.load_tokenizer(ROOT / "models" / "default" / "target")
+    text = ("def fib(n):\n    \"\"\"Return the nth number.\n\n    It's slow.\n    \"\"\"\n"
+            "    x = 'a' + \"b\"  # add them up\n    return x\n")
+    ids = np.asarray(tokenizer.encode(text).ids)
+    ends = common.prose_windows(ids, tokenizer, 1)
+    heads = [tokenizer.decode(ids[:end].tolist()) for end in ends]
+    assert heads, "no prose window"
+    for head in heads:
+        rest = head[len("def fib(n):\n"):]
+        in_doc = rest.count('\"\"\"') == 1
+        comment = head.rsplit("\n", 1)[-1].lstrip().startswith("x = 'a' + \"b\"  #")
+        assert in_doc or comment, head
+    # Every word of the docstring's first line ends a window, and of the comment.
+    assert any(h.endswith("Return the") for h in heads), heads
+    assert any(h.endswith("# add them") for h in heads), heads
+    # Only after whole words: not inside `nth` (tokens ` n`, `th`).
+    assert not any(h.endswith("the n") for h in heads), heads
+    # Code outside them never does: not after `fib`, `x`, `return`.
+    assert not any(h.endswith(("fib", "return x", "= 'a'")) for h in heads), heads
+    # A window must fit before its end.
+    assert all(end >= 10 for end in common.prose_windows(ids, tokenizer, 10))
