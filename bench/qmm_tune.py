@@ -35,7 +35,16 @@ from gpu_kernels import launch_qmm
 
 ROOT = Path(__file__).resolve().parent.parent
 START = time.perf_counter()
-LAUNCHES = [(nt, w) for nt in (1, 2, 4) for w in (1, 2, 4, 8, 16) if w <= (16 if nt == 1 else 8)]
+# Eight tiles are not in the engine's rule (row_invariant::qmm_launch): tried
+# here for the M = 16 products, where four tiles read twice as many bytes of
+# x as of weights (docs/gpu.md, "Left to do").
+LAUNCHES = [(nt, w) for nt in (1, 2, 4, 8) for w in (1, 2, 4, 8, 16) if w <= (16 if nt == 1 else 8)]
+
+
+def max_warps(nt: int, mt: int) -> int:
+    """The body's MAX_WARPS (kernels/cuda/qmm.cu): its shared memory holds
+    this many warps' partial sums."""
+    return (4 if mt == 2 else 8) if nt == 8 else 8 if nt == 4 else 16
 
 # (model, layer, in, out)
 SHAPES = [
@@ -159,7 +168,7 @@ def main():
         worst_rel = 0.0
         for nt, warps in launches:
             # M = 17..32 (a second row tile, another compiled variant) on one launch per NT.
-            ms = (2, 16, 17, 32) if warps in (4, 16 if nt == 1 else 8) else (2, 16)
+            ms = (2, 16, 17, 32) if warps in (4, 16 if nt == 1 else 8) and warps <= max_warps(nt, 2) else (2, 16)
             bad, singles = rows_differ(lambda xx: qmm(new, "tune_qmm", xx, *copies[0], bits, nt, warps), x, ms)
             if bad:
                 exact[f"nt{nt}_w{warps}"] = bad

@@ -11,7 +11,7 @@
 //   (plus x's, w's and scales' shapes, added by MLX because the body names them)
 //   const <T>* res          [M, NO]  added to the output when RES (else unread)
 //   <T>* y                  [M, NO]  NO = N, or N / 2 with GLU
-// Template ints: BITS (4 | 8), HALF, NT (8-column tiles per warp), MT (16-row
+// Template ints: BITS (4 | 8), HALF, NT (8-column tiles per warp: 1, 2, 4, 8), MT (16-row
 // tiles: M <= 16 or M <= 32), and the fused ends (docs/gpu.md, "Fused ends"):
 // GLU = 1 (with NT = 4) when the weight is a SwiGLU's gate and up maps with
 // their rows paired, 16 of gate then the same 16 of up in every 32, and y is
@@ -62,8 +62,11 @@ constexpr int CHUNK = 4 * VALS;         // k values of one warp step
 constexpr int XV = VALS / 8;            // 16-byte loads of one row of x per chunk
 
 // 512 threads a block at most (1,024 ask for more registers than an SM has),
-// 256 with four tiles; their partial sums fit 32 KB of shared memory.
-constexpr int MAX_WARPS = NT == 4 ? 8 : 16;
+// 256 with four tiles; their partial sums fit 32 KB of shared memory. Eight
+// tiles (NT = 8, tried by bench/qmm_tune.py only: at M = 16 every lane
+// reads twice as many bytes of x as of weights with four) keep 8 warps, 4
+// with a second row tile, within the same 32 KB.
+constexpr int MAX_WARPS = NT == 8 ? (MT == 2 ? 4 : 8) : NT == 4 ? 8 : 16;
 
 int M = x_shape[0];
 const int K = x_shape[1];
