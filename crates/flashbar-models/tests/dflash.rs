@@ -169,6 +169,19 @@ fn published_qwen3_6_drafter_matches_z_lab() {
     draft_logits_match("drafter-published-qwen36-f32", "published-35b-a3b-hf-f32");
 }
 
+/// z-lab's Qwen3.6-27B-DFlash, assembled from quotes (its README row): 4
+/// sliding layers of window 2048 and a full one, 5 taps over 64 target
+/// layers, `block_size` at the top level only, mask 248070; on the dense
+/// target.
+#[test]
+fn published_qwen3_6_27b_drafter_matches_z_lab() {
+    published_keys_kept(
+        "drafter-published-qwen36-27b-f32",
+        &["zlab-qwen3.6-27b.assembled.json"],
+    );
+    draft_logits_match("drafter-published-qwen36-27b-f32", "dense-hf-f32");
+}
+
 #[test]
 fn quantized_drafter_matches_z_lab() {
     draft_logits_match("drafter-dense-4bit", "dense-hf-f32");

@@ -44,6 +44,25 @@ fn z_lab_nested_qwen3_5_drafter() {
 }
 
 #[test]
+fn z_lab_qwen3_6_27b_drafter() {
+    let c = parse("zlab-qwen3.6-27b.assembled.json");
+    let mut kinds = vec![LayerKind::Sliding; 4];
+    kinds.push(LayerKind::Full);
+    assert_eq!(c.layer_kinds, kinds);
+    assert_eq!((c.window(3), c.window(4)), (Some(2048), None));
+    assert!(c.causal(0) && !c.causal(4));
+    assert_eq!(c.target_layer_ids, vec![1, 16, 31, 46, 61]);
+    assert_eq!(c.num_target_layers, 64);
+    // block_size only at the top level.
+    assert_eq!((c.mask_token_id, c.block_size), (248070, 16));
+    assert_eq!((c.rope_theta, c.rope_scaling), (1e7, Scaling::Linear(1.0)));
+    assert_eq!(
+        (c.hidden_size, c.head_dim, c.num_key_value_heads),
+        (5120, 128, 8)
+    );
+}
+
+#[test]
 fn z_lab_legacy_qwen3_5_drafter() {
     let c = parse("zlab-qwen3.5-legacy.json");
     assert_eq!(c.layer_kinds, vec![LayerKind::Full; 8]);
