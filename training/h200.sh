@@ -38,6 +38,10 @@
 #        comment (--prompt-at prose); PROMPT_AT=window,line,prose splits the
 #        49,152 between the kinds, one shard each (SHARD, SHARD + 1, ...),
 #        all read by the one fine-tune.
+#   bash training/h200.sh accept TAG [ARGS]
+#        bench/acceptance.py on drafter-TAG and on the committed drafter, one
+#        after the other in the same call (default --wide --no-reference
+#        --repeats 2), their JSON in $OUT: the call after a finetune.
 # Each step fits one 10-minute call; outputs land in /tmp/flashbar-train and,
 # packed in parts under 16 MB, in $OUT (tar xf of the joined parts unpacks them).
 set -euo pipefail
@@ -163,6 +167,21 @@ case $step in
     python3 training/train_drafter.py "$work" --init "$init" --tag "$tag" --lr 5e-4 --tap-batch 512 \
       --sequences 49152 --steps 0 --deadline $((began + 570)) "$@" 2>&1 | tee "$OUT/drafter-$tag.log" | tail -5
     tar -C "$work" -cf - "drafter-$tag" "train_drafter-$tag.json" | split -b 15M - "$OUT/drafters.tar.part-"
+    ;;
+  accept)
+    # accept TAG [ARGS]: bench/acceptance.py (--wide --no-reference --repeats 2
+    # unless ARGS say otherwise) on drafter-TAG, then on the committed drafter,
+    # in the same call, with the pack's flashbar; JSON of each in $OUT.
+    tag=$1; shift
+    args=("$@")
+    [ ${#args[@]} -gt 0 ] || args=(--wide --no-reference --repeats 2)
+    for drafter in "$work/drafter-$tag" models/default/drafter; do
+      name=$(basename "$drafter")
+      [ "$drafter" = models/default/drafter ] && name=committed
+      echo "== $name"
+      python3 bench/acceptance.py --flashbar "$site/flashbar" --drafter "$drafter" "${args[@]}" \
+        --json "$OUT/acceptance-$name.json" 2>&1 | tail -12
+    done
     ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac
