@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 START = time.perf_counter()
 # Eight tiles are not in the engine's rule (row_invariant::qmm_launch): tried
 # here for the M = 16 products, where four tiles read twice as many bytes of
-# x as of weights (docs/gpu.md, "Left to do").
+# x as of weights (docs/gpu.md, "Weight loads ahead of the products").
 LAUNCHES = [(nt, w) for nt in (1, 2, 4, 8) for w in (1, 2, 4, 8, 16) if w <= (16 if nt == 1 else 8)]
 
 
