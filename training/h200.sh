@@ -37,7 +37,10 @@
 #        PROMPT_AT=prose windows ending after a word of a docstring or a
 #        comment (--prompt-at prose); PROMPT_AT=window,line,prose splits the
 #        49,152 between the kinds, one shard each (SHARD, SHARD + 1, ...),
-#        all read by the one fine-tune.
+#        all read by the one fine-tune. SEQUENCES=N generates and reads N
+#        instead of 49,152 (the taps cost ~3.5 ms a sequence on an H100, time
+#        the steps then have). The MLX kernel cache goes to $OUT/mlx-ptx.tgz:
+#        put it in .jit-cache/ and carry that in the next call.
 #   bash training/h200.sh accept TAG [ARGS]
 #        bench/acceptance.py on drafter-TAG and on the committed drafter, one
 #        after the other in the same call (default --wide --no-reference
@@ -50,6 +53,16 @@ site=${FLASHBAR_SITE:-/tmp/flashbar-h200/pkg}
 work=${FLASHBAR_TRAIN_WORK:-/tmp/flashbar-train}
 export PYTHONPATH=$site PYTHONUNBUFFERED=1
 mkdir -p "$work"
+# MLX compiles its fused and JIT kernels with NVRTC on first use (a
+# fine-tune's three warm-up steps: 150-180 s on an H100) and keeps the
+# binaries in MLX_PTX_CACHE_DIR. A call that carries .jit-cache/ starts from
+# the cache an earlier call left in $OUT (mlx-ptx.tgz; finetune writes it).
+export MLX_PTX_CACHE_DIR=${MLX_PTX_CACHE_DIR:-$work/mlx-ptx}
+mkdir -p "$MLX_PTX_CACHE_DIR"
+if [ -f .jit-cache/mlx-ptx.tgz ]; then
+  tar -C "$MLX_PTX_CACHE_DIR" -xzf .jit-cache/mlx-ptx.tgz
+  echo "MLX kernel cache: $(ls "$MLX_PTX_CACHE_DIR" | grep -c '\.ptx$') modules from .jit-cache"
+fi
 python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_device())'
 step=$1; shift
 case $step in
@@ -150,7 +163,8 @@ case $step in
     shard=$1 init=$2 tag=$3; shift 3
     began=$(date +%s)
     IFS=',' read -ra kinds <<< "${PROMPT_AT:-window}"
-    per_kind=$((49152 / ${#kinds[@]}))
+    sequences=${SEQUENCES:-49152}
+    per_kind=$((sequences / ${#kinds[@]}))
     mkdir -p "$work/used"
     for cache in "$work"/sequences*.npz; do
       [ -e "$cache" ] || continue
@@ -165,8 +179,9 @@ case $step in
         --prompt-at "${kinds[$i]}" --deadline $((began + 130))) 2>&1 | tail -3
     done
     python3 training/train_drafter.py "$work" --init "$init" --tag "$tag" --lr 5e-4 --tap-batch 512 \
-      --sequences 49152 --steps 0 --deadline $((began + 570)) "$@" 2>&1 | tee "$OUT/drafter-$tag.log" | tail -5
+      --sequences "$sequences" --steps 0 --deadline $((began + 570)) "$@" 2>&1 | tee "$OUT/drafter-$tag.log" | tail -5
     tar -C "$work" -cf - "drafter-$tag" "train_drafter-$tag.json" | split -b 15M - "$OUT/drafters.tar.part-"
+    tar -C "$MLX_PTX_CACHE_DIR" --exclude='*.cu' -czf "$OUT/mlx-ptx.tgz" .
     ;;
   accept)
     # accept TAG [ARGS]: bench/acceptance.py (--wide --no-reference --repeats 2

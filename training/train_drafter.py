@@ -105,12 +105,15 @@ def tap_states(model, sequences: np.ndarray, batch: int, tap_layers: list[int]) 
     position p >= 1 (its argmax after the tokens before p); position 0 keeps
     its token."""
     taps, labels = [], []
+    began = time.time()
     for first in range(0, len(sequences), batch):
         tokens = mx.array(sequences[first:first + batch])
         logits, t = common.forward_with_taps(model, tokens, tap_layers)
         taps.append(t.astype(mx.bfloat16))
         labels.append(mx.concatenate([tokens[:, :1], mx.argmax(logits[:, :-1], axis=-1)], axis=1))
         mx.eval(taps[-1], labels[-1])
+        if first == 0:  # kernel builds (NVRTC) land here: see training/h200.sh
+            print(f"first tap batch in {time.time() - began:.1f} s", flush=True)
     return mx.concatenate(taps), mx.concatenate(labels).astype(mx.int32)
 
 
