@@ -109,6 +109,8 @@ def ours(flashbar: Path, model: Path, drafter: Path, prompts: list, max_tokens: 
                     "auto_rounds": [{k: r[k] for k in ("mode", "committed", "gate", "round_ms", "speedup")}
                                     for r in auto["rounds"]],
                     "first_round_costs": [{k: r[k] for k in COST_KEYS} for r in fast["first_rounds"]],
+                    # plain decoding's steps (its last run), beside auto's
+                    "plain_step_ms": [r["round_ms"] for r in report["plain_rounds"]],
                     "ar_tps": report["decode_tokens_per_second"],
                     "dflash_tps": fast["decode_tokens_per_second"],
                     "auto_tps": auto["decode_tokens_per_second"],
@@ -207,7 +209,7 @@ def main():
                 "ours_auto_tps": x["auto_tps"], "round_costs": x["round_costs"],
                 "first_round_costs": x["first_round_costs"],
                 "ours_warm_speedup": x["dflash_end_speedup"], "ours_warm_auto_speedup": x["auto_end_speedup"],
-                "auto_rounds": x["auto_rounds"],
+                "auto_rounds": x["auto_rounds"], "plain_step_ms": x["plain_step_ms"],
                 "zlab_ar_tps": y["ar_tps"], "zlab_dflash_tps": y["dflash_tps"],
                 "ours_rounds": x["rounds"], "zlab_rounds": y["rounds"],
             })

@@ -69,8 +69,9 @@ struct SpecReport {
     mean_accept_len: f64,
     /// tok/s over plain decoding's tok/s, measured side by side in this run.
     speedup: f64,
-    /// The same over the last half of the repeats: where the gate ends up
-    /// once it has calibrated and judged (its first probe is in the first half).
+    /// The same over the last half of the repeats (an even count of them:
+    /// both orders of the modes alike): where the gate ends up once it has
+    /// calibrated and judged (its first probe is in the first half).
     end_speedup: f64,
     /// Every round of the last run: the metrics stream the app charts.
     rounds: Vec<RoundStats>,
@@ -162,28 +163,47 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         let (mut fast_first, mut auto_first) = (Vec::new(), Vec::new());
         let (mut plain_ids, mut fast_ids, mut auto_ids) = (Vec::new(), Vec::new(), Vec::new());
         let mut plain_log = RoundLog::default();
-        // Interleaved, so drift (heat, other load) hits every mode alike.
+        // Interleaved, so drift (heat, other load) hits every mode alike,
+        // and in an order that turns around every repeat (plain, DFlash,
+        // auto; then auto, DFlash, plain): the first steps after a DFlash
+        // run are slower (docs/performance.md, "The order of the modes"),
+        // so plain decoding and auto each follow DFlash in half the repeats.
+        let modes: &[Speculation] = if engine.drafter().is_some() {
+            &[Speculation::Off, Speculation::Dflash, Speculation::Auto]
+        } else {
+            &[Speculation::Off]
+        };
         for repeat in 0..args.repeats.max(1) {
-            plain_log = RoundLog::default();
-            let plain = run_logged(prompt, args.max_tokens, Speculation::Off, &mut plain_log)?;
-            runs.push(plain.stats);
-            plain_ids = plain.token_ids;
-            if engine.drafter().is_some() {
-                fast_log = RoundLog::default();
-                let speculation = Speculation::Dflash;
-                let run = run_logged(prompt, args.max_tokens, speculation, &mut fast_log)?;
-                fast.push(run.stats);
-                fast_ids = run.token_ids;
-                if repeat == 0 {
-                    fast_first = fast_log.0.clone();
-                }
-                auto_log = RoundLog::default();
-                let speculation = Speculation::Auto;
-                let run = run_logged(prompt, args.max_tokens, speculation, &mut auto_log)?;
-                auto.push(run.stats);
-                auto_ids = run.token_ids;
-                if repeat == 0 {
-                    auto_first = auto_log.0.clone();
+            let order: Vec<Speculation> = if repeat % 2 == 0 {
+                modes.to_vec()
+            } else {
+                modes.iter().rev().copied().collect()
+            };
+            for speculation in order {
+                let mut log = RoundLog::default();
+                let run = run_logged(prompt, args.max_tokens, speculation, &mut log)?;
+                match speculation {
+                    Speculation::Off => {
+                        runs.push(run.stats);
+                        plain_ids = run.token_ids;
+                        plain_log = log;
+                    }
+                    Speculation::Dflash => {
+                        fast.push(run.stats);
+                        fast_ids = run.token_ids;
+                        if repeat == 0 {
+                            fast_first = log.0.clone();
+                        }
+                        fast_log = log;
+                    }
+                    Speculation::Auto => {
+                        auto.push(run.stats);
+                        auto_ids = run.token_ids;
+                        if repeat == 0 {
+                            auto_first = log.0.clone();
+                        }
+                        auto_log = log;
+                    }
                 }
             }
         }
@@ -209,7 +229,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             }
         };
         let plain_speed = pooled(&runs);
-        let last_half = |runs: &[flashbar_engine::Totals]| pooled(&runs[runs.len() / 2..]);
+        // The last half of the repeats, rounded up to an even count so that
+        // it holds as many repeats of each order as of the other.
+        let last_half = |runs: &[flashbar_engine::Totals]| {
+            let count = ((runs.len() / 2 + 1) & !1).min(runs.len());
+            pooled(&runs[runs.len() - count..])
+        };
         let plain_end_speed = last_half(&runs);
         let report = |runs: &[flashbar_engine::Totals],
                       log: RoundLog,
