@@ -53,16 +53,27 @@ site=${FLASHBAR_SITE:-/tmp/flashbar-h200/pkg}
 work=${FLASHBAR_TRAIN_WORK:-/tmp/flashbar-train}
 export PYTHONPATH=$site PYTHONUNBUFFERED=1
 mkdir -p "$work"
+# Kernel builds kept between calls (training/README.md, "Kernel builds"):
 # MLX compiles its fused and JIT kernels with NVRTC on first use (a
-# fine-tune's three warm-up steps: 150-180 s on an H100) and keeps the
-# binaries in MLX_PTX_CACHE_DIR. A call that carries .jit-cache/ starts from
-# the cache an earlier call left in $OUT (mlx-ptx.tgz; finetune writes it).
+# fine-tune's taps and warm-up steps: 330-350 s on an H100) into
+# MLX_PTX_CACHE_DIR, and the pack's flashbar its own into
+# FLASHBAR_NVRTC_CACHE. A call that carries .jit-cache/ starts from what an
+# earlier call left in $OUT (mlx-ptx.tgz from finetune, flashbar-nvrtc.tgz
+# from accept).
 export MLX_PTX_CACHE_DIR=${MLX_PTX_CACHE_DIR:-$work/mlx-ptx}
-mkdir -p "$MLX_PTX_CACHE_DIR"
-if [ -f .jit-cache/mlx-ptx.tgz ]; then
-  tar -C "$MLX_PTX_CACHE_DIR" -xzf .jit-cache/mlx-ptx.tgz
-  echo "MLX kernel cache: $(ls "$MLX_PTX_CACHE_DIR" | grep -c '\.ptx$') modules from .jit-cache"
-fi
+export FLASHBAR_NVRTC_CACHE=${FLASHBAR_NVRTC_CACHE:-$work/flashbar-nvrtc}
+restore_cache() { # NAME DIR
+  mkdir -p "$2"
+  if [ -f ".jit-cache/$1.tgz" ]; then
+    tar -C "$2" -xzf ".jit-cache/$1.tgz"
+    echo "kernel cache $1: $(find "$2" -type f | wc -l) files from .jit-cache"
+  fi
+}
+save_cache() { # NAME DIR
+  tar -C "$2" --exclude='*.cu' -czf "$OUT/$1.tgz" .
+}
+restore_cache mlx-ptx "$MLX_PTX_CACHE_DIR"
+restore_cache flashbar-nvrtc "$FLASHBAR_NVRTC_CACHE"
 python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_device())'
 step=$1; shift
 case $step in
@@ -181,7 +192,7 @@ case $step in
     python3 training/train_drafter.py "$work" --init "$init" --tag "$tag" --lr 5e-4 --tap-batch 512 \
       --sequences "$sequences" --steps 0 --deadline $((began + 570)) "$@" 2>&1 | tee "$OUT/drafter-$tag.log" | tail -5
     tar -C "$work" -cf - "drafter-$tag" "train_drafter-$tag.json" | split -b 15M - "$OUT/drafters.tar.part-"
-    tar -C "$MLX_PTX_CACHE_DIR" --exclude='*.cu' -czf "$OUT/mlx-ptx.tgz" .
+    save_cache mlx-ptx "$MLX_PTX_CACHE_DIR"
     ;;
   accept)
     # accept TAG [ARGS]: bench/acceptance.py (--wide --no-reference --repeats 2
@@ -197,6 +208,7 @@ case $step in
       python3 bench/acceptance.py --flashbar "$site/flashbar" --drafter "$drafter" "${args[@]}" \
         --json "$OUT/acceptance-$name.json" 2>&1 | tail -12
     done
+    save_cache flashbar-nvrtc "$FLASHBAR_NVRTC_CACHE"
     ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac
