@@ -232,7 +232,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         // The last half of the repeats, rounded up to an even count so that
         // it holds as many repeats of each order as of the other.
         let last_half = |runs: &[flashbar_engine::Totals]| {
-            let count = ((runs.len() / 2 + 1) & !1).min(runs.len());
+            let count = ((runs.len() / 2 + 1) & !1).min(runs.len()).max(1);
             pooled(&runs[runs.len() - count..])
         };
         let plain_end_speed = last_half(&runs);

@@ -381,40 +381,45 @@ fn bench_runs_every_mode_and_each_equals_plain_decoding() {
     let (target, drafter) = (target.to_str().unwrap(), drafter.to_str().unwrap());
     let prompts = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(prompts.path(), "def fib(n):\nclass Stack:\n").unwrap();
-    let output = flashbar(&[
-        "bench",
-        "--model",
-        target,
-        "--drafter",
-        drafter,
-        "--prompts",
-        prompts.path().to_str().unwrap(),
-        "--max-tokens",
-        "12",
-        "--repeats",
-        "3",
-        "--json",
-    ]);
-    assert!(output.status.success(), "{output:?}");
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let prompts = report["prompts"].as_array().unwrap();
-    assert_eq!(prompts.len(), 2, "{report}");
-    for prompt in prompts {
-        let plain = &prompt["token_ids"];
-        assert_eq!(plain.as_array().unwrap().len(), 12, "{prompt}");
-        assert_eq!(prompt["plain_rounds"].as_array().unwrap().len(), 12);
-        for mode in ["dflash", "auto"] {
-            assert_eq!(&prompt[mode]["token_ids"], plain, "{mode}: {prompt}");
-            let committed: u64 = prompt[mode]["rounds"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| r["committed"].as_u64().unwrap())
-                .sum();
-            assert_eq!(committed, 12, "{mode}: {prompt}");
+    for repeats in ["1", "3"] {
+        let output = flashbar(&[
+            "bench",
+            "--model",
+            target,
+            "--drafter",
+            drafter,
+            "--prompts",
+            prompts.path().to_str().unwrap(),
+            "--max-tokens",
+            "12",
+            "--repeats",
+            repeats,
+            "--json",
+        ]);
+        assert!(output.status.success(), "{output:?}");
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let prompts = report["prompts"].as_array().unwrap();
+        assert_eq!(prompts.len(), 2, "{report}");
+        for prompt in prompts {
+            let plain = &prompt["token_ids"];
+            assert_eq!(plain.as_array().unwrap().len(), 12, "{prompt}");
+            assert_eq!(prompt["plain_rounds"].as_array().unwrap().len(), 12);
+            for mode in ["dflash", "auto"] {
+                assert_eq!(&prompt[mode]["token_ids"], plain, "{mode}: {prompt}");
+                let committed: u64 = prompt[mode]["rounds"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r["committed"].as_u64().unwrap())
+                    .sum();
+                assert_eq!(committed, 12, "{mode}: {prompt}");
+                // Over the last half of the repeats (at least one).
+                let end = prompt[mode]["end_speedup"].as_f64();
+                assert!(end.is_some_and(|x| x > 0.0), "{mode}: {prompt}");
+            }
+            let forced = prompt["dflash"]["rounds"].as_array().unwrap();
+            assert!(forced.iter().any(|r| r["mode"] == "dflash"), "{prompt}");
         }
-        let forced = prompt["dflash"]["rounds"].as_array().unwrap();
-        assert!(forced.iter().any(|r| r["mode"] == "dflash"), "{prompt}");
     }
 }
 
