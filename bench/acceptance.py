@@ -84,7 +84,8 @@ COST_KEYS = ("mode", "committed", "draft_ms", "verify_ms", "rollback_ms", "round
 
 def ours(flashbar: Path, model: Path, drafter: Path, prompts: list, max_tokens: int, repeats: int):
     """`flashbar bench` over all prompts in one process: plain decoding,
-    forced DFlash and auto interleaved per repeat, each run's tokens and the
+    forced DFlash and auto interleaved per repeat (their order turned around
+    every repeat: `flashbar bench`), each run's tokens and the
     rounds of its last repeat."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write("\n".join(p.replace("\n", "\\n") for p in prompts) + "\n")
