@@ -59,9 +59,11 @@ mkdir -p "$work"
 # MLX_PTX_CACHE_DIR, and the pack's flashbar its own into
 # FLASHBAR_NVRTC_CACHE. A call that carries .jit-cache/ starts from what an
 # earlier call left in $OUT (mlx-ptx.tgz from finetune, flashbar-nvrtc.tgz
-# from accept).
+# and cuda-jit.tgz from accept).
 export MLX_PTX_CACHE_DIR=${MLX_PTX_CACHE_DIR:-$work/mlx-ptx}
 export FLASHBAR_NVRTC_CACHE=${FLASHBAR_NVRTC_CACHE:-$work/flashbar-nvrtc}
+# and the driver's own, for what is loaded as PTX (docs/gpu.md, "The NVRTC cache")
+export CUDA_CACHE_PATH=${CUDA_CACHE_PATH:-$work/cuda-jit}
 restore_cache() { # NAME DIR
   mkdir -p "$2"
   if [ -f ".jit-cache/$1.tgz" ]; then
@@ -74,6 +76,7 @@ save_cache() { # NAME DIR
 }
 restore_cache mlx-ptx "$MLX_PTX_CACHE_DIR"
 restore_cache flashbar-nvrtc "$FLASHBAR_NVRTC_CACHE"
+restore_cache cuda-jit "$CUDA_CACHE_PATH"
 python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_device())'
 step=$1; shift
 case $step in
@@ -209,6 +212,7 @@ case $step in
         --json "$OUT/acceptance-$name.json" 2>&1 | tail -12
     done
     save_cache flashbar-nvrtc "$FLASHBAR_NVRTC_CACHE"
+    save_cache cuda-jit "$CUDA_CACHE_PATH"
     ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac
