@@ -5,7 +5,9 @@
 
 use crate::models::resolve_model;
 use anyhow::Context;
-use flashbar_engine::{Engine, GenerateRequest, Mode, Prompt, RoundStats, Sink, Speculation};
+use flashbar_engine::{
+    Engine, GenerateRequest, Generation, Mode, Prompt, RoundStats, Sink, Speculation, Totals,
+};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -93,6 +95,27 @@ impl Sink for RoundLog {
     }
 }
 
+/// One mode's runs of a prompt: every run's totals, the tokens and rounds
+/// of its last run and the rounds of its first.
+#[derive(Default)]
+struct ModeRuns {
+    totals: Vec<Totals>,
+    token_ids: Vec<u32>,
+    rounds: Vec<RoundStats>,
+    first_rounds: Vec<RoundStats>,
+}
+
+impl ModeRuns {
+    fn record(&mut self, run: Generation, log: RoundLog) {
+        if self.totals.is_empty() {
+            self.first_rounds = log.0.clone();
+        }
+        self.totals.push(run.stats);
+        self.token_ids = run.token_ids;
+        self.rounds = log.0;
+    }
+}
+
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.block_size == Some(0) {
         anyhow::bail!("--block-size must be at least 1");
@@ -158,11 +181,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let mut reports = Vec::new();
     for prompt in &prompts {
-        let (mut runs, mut fast, mut auto) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut fast_log, mut auto_log) = (RoundLog::default(), RoundLog::default());
-        let (mut fast_first, mut auto_first) = (Vec::new(), Vec::new());
-        let (mut plain_ids, mut fast_ids, mut auto_ids) = (Vec::new(), Vec::new(), Vec::new());
-        let mut plain_log = RoundLog::default();
+        let (mut plain, mut fast, mut auto) = Default::default();
         // Interleaved, so drift (heat, other load) hits every mode alike,
         // and in an order that turns around every repeat (plain, DFlash,
         // auto; then auto, DFlash, plain): the first steps after a DFlash
@@ -182,41 +201,23 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             for speculation in order {
                 let mut log = RoundLog::default();
                 let run = run_logged(prompt, args.max_tokens, speculation, &mut log)?;
-                match speculation {
-                    Speculation::Off => {
-                        runs.push(run.stats);
-                        plain_ids = run.token_ids;
-                        plain_log = log;
-                    }
-                    Speculation::Dflash => {
-                        fast.push(run.stats);
-                        fast_ids = run.token_ids;
-                        if repeat == 0 {
-                            fast_first = log.0.clone();
-                        }
-                        fast_log = log;
-                    }
-                    Speculation::Auto => {
-                        auto.push(run.stats);
-                        auto_ids = run.token_ids;
-                        if repeat == 0 {
-                            auto_first = log.0.clone();
-                        }
-                        auto_log = log;
-                    }
-                }
+                let runs: &mut ModeRuns = match speculation {
+                    Speculation::Off => &mut plain,
+                    Speculation::Dflash => &mut fast,
+                    Speculation::Auto => &mut auto,
+                };
+                runs.record(run, log);
             }
         }
-        let median_of = |runs: &[flashbar_engine::Totals],
-                         f: &dyn Fn(&flashbar_engine::Totals) -> f64| {
+        let median_of = |runs: &[Totals], f: &dyn Fn(&Totals) -> f64| {
             let mut values: Vec<f64> = runs.iter().map(f).collect();
             values.sort_by(f64::total_cmp);
             values[values.len() / 2]
         };
-        let median = |f: &dyn Fn(&flashbar_engine::Totals) -> f64| median_of(&runs, f);
+        let median = |f: &dyn Fn(&Totals) -> f64| median_of(&plain.totals, f);
         // Decode speed over all repeats (tokens after the first / time):
         // steadier than a median when runs of different modes interleave.
-        let pooled = |runs: &[flashbar_engine::Totals]| {
+        let pooled = |runs: &[Totals]| {
             let tokens: usize = runs
                 .iter()
                 .map(|s| s.completion_tokens.saturating_sub(1))
@@ -228,40 +229,36 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 0.0
             }
         };
-        let plain_speed = pooled(&runs);
+        let plain_speed = pooled(&plain.totals);
         // The last half of the repeats, rounded up to an even count so that
         // it holds as many repeats of each order as of the other.
-        let last_half = |runs: &[flashbar_engine::Totals]| {
+        let last_half = |runs: &[Totals]| {
             let count = ((runs.len() / 2 + 1) & !1).min(runs.len()).max(1);
             pooled(&runs[runs.len() - count..])
         };
-        let plain_end_speed = last_half(&runs);
-        let report = |runs: &[flashbar_engine::Totals],
-                      log: RoundLog,
-                      first_rounds: Vec<RoundStats>,
-                      token_ids: Vec<u32>| {
-            (!runs.is_empty()).then(|| {
-                let speed = pooled(runs);
+        let plain_end_speed = last_half(&plain.totals);
+        let report = |runs: ModeRuns| {
+            (!runs.totals.is_empty()).then(|| {
+                let speed = pooled(&runs.totals);
                 SpecReport {
                     decode_tokens_per_second: speed,
-                    mean_accept_len: median_of(runs, &|s| s.mean_accept_len),
+                    mean_accept_len: median_of(&runs.totals, &|s| s.mean_accept_len),
                     speedup: speed / plain_speed,
-                    end_speedup: last_half(runs) / plain_end_speed,
-                    rounds: log.0,
-                    first_rounds,
-                    token_ids,
+                    end_speedup: last_half(&runs.totals) / plain_end_speed,
+                    rounds: runs.rounds,
+                    first_rounds: runs.first_rounds,
+                    token_ids: runs.token_ids,
                 }
             })
         };
-        let dflash = report(&fast, fast_log, fast_first, fast_ids);
-        let auto = report(&auto, auto_log, auto_first, auto_ids);
+        let (dflash, auto) = (report(fast), report(auto));
         reports.push(PromptReport {
-            prompt_tokens: runs[0].prompt_tokens,
-            completion_tokens: runs[0].completion_tokens,
+            prompt_tokens: plain.totals[0].prompt_tokens,
+            completion_tokens: plain.totals[0].completion_tokens,
             prefill_tokens_per_second: median(&|s| s.prompt_tokens as f64 / s.prompt_seconds),
             decode_tokens_per_second: plain_speed,
-            token_ids: plain_ids,
-            plain_rounds: plain_log.0,
+            token_ids: plain.token_ids,
+            plain_rounds: plain.rounds,
             dflash,
             auto,
         });
