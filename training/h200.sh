@@ -41,7 +41,10 @@
 #        instead of 49,152 (the taps cost ~3.5 ms a sequence on an H100, time
 #        the steps then have). The MLX kernel cache goes to $OUT/mlx-ptx.tgz:
 #        put it in .jit-cache/ and carry that in the next call.
-#   bash training/h200.sh accept TAG [ARGS]
+#        VARIANTS='a:--gamma 2;b:--lr 3e-4' trains drafter-TAG-a and
+#        drafter-TAG-b side by side on the same sequences, each with its own
+#        ARGS after the call's.
+#   bash training/h200.sh accept TAG[,TAG...] [ARGS]
 #        bench/acceptance.py on drafter-TAG and on the committed drafter, one
 #        after the other in the same call (default --wide --no-reference
 #        --repeats 2), their JSON in $OUT: the call after a finetune.
@@ -189,22 +192,50 @@ case $step in
       [ "$keep" = 1 ] || mv "$cache" "$work/used/"
     done
     for i in "${!kinds[@]}"; do
+      # a shard this machine already made (an earlier call while it stayed warm) is kept
+      held=$(python3 -c 'import sys, numpy as np
+try: print(len(np.load(sys.argv[1])["sequences"]))
+except OSError: print(0)' "$work/sequences-shard-$((shard + i)).npz")
+      if [ "$held" -ge "$per_kind" ]; then
+        echo "shard $((shard + i)): $held sequences already here"
+        continue
+      fi
       (cd training && python3 torch_distill.py "$work" --shard $((shard + i)) --sequences "$per_kind" --batch 4096 \
         --prompt-at "${kinds[$i]}" --deadline $((began + 130))) 2>&1 | tail -3
     done
-    python3 training/train_drafter.py "$work" --init "$init" --tag "$tag" --lr 5e-4 --tap-batch 512 \
-      --sequences "$sequences" --steps 0 --deadline $((began + 570)) "$@" 2>&1 | tee "$OUT/drafter-$tag.log" | tail -5
-    tar -C "$work" -cf - "drafter-$tag" "train_drafter-$tag.json" | split -b 15M - "$OUT/drafters.tar.part-"
+    # VARIANTS='a:ARGS;b:ARGS': one trainer per variant, side by side on the
+    # one GPU (a step of this drafter leaves it mostly idle), drafter-TAG-a
+    # with ARGS after the call's own; unset, one trainer, drafter-TAG.
+    IFS=';' read -ra variants <<< "${VARIANTS:-:}"
+    pids=() tags=()
+    for variant in "${variants[@]}"; do
+      name=${variant%%:*} extra=${variant#*:}
+      one=$tag${name:+-$name}
+      # shellcheck disable=SC2086
+      python3 training/train_drafter.py "$work" --init "$init" --tag "$one" --lr 5e-4 --tap-batch 512 \
+        --sequences "$sequences" --steps 0 --deadline $((began + 570)) "$@" $extra > "$OUT/drafter-$one.log" 2>&1 &
+      pids+=($!) tags+=("$one")
+    done
+    status=0 files=()
+    for i in "${!pids[@]}"; do wait "${pids[$i]}" || { echo "${tags[$i]} failed"; status=1; }; done
+    for one in "${tags[@]}"; do
+      echo "== $one"; tail -5 "$OUT/drafter-$one.log"
+      [ -d "$work/drafter-$one" ] && files+=("drafter-$one" "train_drafter-$one.json")
+    done
+    [ ${#files[@]} -eq 0 ] || tar -C "$work" -cf - "${files[@]}" | split -b 15M - "$OUT/drafters.tar.part-"
     save_cache mlx-ptx "$MLX_PTX_CACHE_DIR"
+    exit $status
     ;;
   accept)
-    # accept TAG [ARGS]: bench/acceptance.py (--wide --no-reference --repeats 2
-    # unless ARGS say otherwise) on drafter-TAG, then on the committed drafter,
+    # accept TAG[,TAG...] [ARGS]: bench/acceptance.py (--wide --no-reference
+    # --repeats 2 unless ARGS say otherwise) on each drafter-TAG, then on the committed drafter,
     # in the same call, with the pack's flashbar; JSON of each in $OUT.
-    tag=$1; shift
+    IFS=',' read -ra tags <<< "$1"; shift
     args=("$@")
     [ ${#args[@]} -gt 0 ] || args=(--wide --no-reference --repeats 2)
-    for drafter in "$work/drafter-$tag" models/default/drafter; do
+    drafters=()
+    for tag in "${tags[@]}"; do drafters+=("$work/drafter-$tag"); done
+    for drafter in "${drafters[@]}" models/default/drafter; do
       name=$(basename "$drafter")
       [ "$drafter" = models/default/drafter ] && name=committed
       echo "== $name"
