@@ -230,8 +230,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             }
         };
         let plain_speed = pooled(&plain.totals);
-        // The last half of the repeats, rounded up to an even count so that
-        // it holds as many repeats of each order as of the other.
+        // The last repeats, an even count near half of them (2 of 3 to 5, 4
+        // of 6 or 7), so they hold as many repeats of each order as of the
+        // other; one repeat alone counts as its own last half.
         let last_half = |runs: &[Totals]| {
             let count = ((runs.len() / 2 + 1) & !1).min(runs.len()).max(1);
             pooled(&runs[runs.len() - count..])
