@@ -38,8 +38,9 @@
 #        comment (--prompt-at prose); PROMPT_AT=window,line,prose splits the
 #        49,152 between the kinds, one shard each (SHARD, SHARD + 1, ...),
 #        all read by the one fine-tune. SEQUENCES=N generates and reads N
-#        instead of 49,152 (the taps cost ~3.5 ms a sequence on an H100, time
-#        the steps then have). The MLX kernel cache goes to $OUT/mlx-ptx.tgz:
+#        instead of 49,152 (on an H100 the taps take ~0.5 ms a sequence with
+#        MLX's kernels cached, time the steps then have). The MLX kernel
+#        cache goes to $OUT/mlx-ptx.tgz:
 #        put it in .jit-cache/ and carry that in the next call.
 #        VARIANTS='a:--gamma 2;b:--lr 3e-4' trains drafter-TAG-a and
 #        drafter-TAG-b side by side on the same sequences, each with its own
