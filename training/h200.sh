@@ -205,8 +205,8 @@ except OSError: print(0)' "$work/sequences-shard-$((shard + i)).npz")
         --prompt-at "${kinds[$i]}" --deadline $((began + 130))) 2>&1 | tail -3
     done
     # VARIANTS='a:ARGS;b:ARGS': one trainer per variant, side by side on the
-    # one GPU (a step of this drafter, ~27 ms on an H100 for well under 1 ms
-    # of its arithmetic, is bound by its launches; how much slower three
+    # one GPU (a step of this drafter, ~27 ms on an H100 for ~0.5 TFLOP, 1-2
+    # ms at the GPU's bf16 rate, is bound by its launches; how much slower three
     # side by side run is not yet measured), drafter-TAG-a
     # with ARGS after the call's own; unset, one trainer, drafter-TAG.
     IFS=';' read -ra variants <<< "${VARIANTS:-:}"
