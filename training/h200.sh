@@ -68,12 +68,16 @@ export MLX_PTX_CACHE_DIR=${MLX_PTX_CACHE_DIR:-$work/mlx-ptx}
 export FLASHBAR_NVRTC_CACHE=${FLASHBAR_NVRTC_CACHE:-$work/flashbar-nvrtc}
 # and the driver's own, for what is loaded as PTX (docs/gpu.md, "The NVRTC cache")
 export CUDA_CACHE_PATH=${CUDA_CACHE_PATH:-$work/cuda-jit}
-restore_cache() { # NAME DIR
+restore_cache() { # NAME DIR: from this call's .jit-cache/, else what an earlier collect kept
   mkdir -p "$2"
-  if [ -f ".jit-cache/$1.tgz" ]; then
-    tar -C "$2" -xzf ".jit-cache/$1.tgz"
-    echo "kernel cache $1: $(find "$2" -type f | wc -l) files from .jit-cache"
-  fi
+  local from
+  for from in .jit-cache /tmp/flashbar-h200/jit-cache; do
+    if [ -f "$from/$1.tgz" ]; then
+      tar -C "$2" -xzf "$from/$1.tgz"
+      echo "kernel cache $1: $(find "$2" -type f | wc -l) files from $from"
+      return
+    fi
+  done
 }
 save_cache() { # NAME DIR
   tar -C "$2" --exclude='*.cu' -czf "$OUT/$1.tgz" .

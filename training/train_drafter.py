@@ -24,7 +24,9 @@ of one inference forward on this machine. Deterministic in --seed and
 
 `--init DIR` starts from a trained drafter's weights (same shape) instead of
 random ones: a fine-tune that continues a run a call's time limit cut short,
-on fresh sequences. The report keeps the starting drafter's sha256, its own
+on fresh sequences. With --layers above DIR's, the drafter grows: the added
+layers start as the identity (load_grown), so training starts from DIR's
+drafter with room to improve on it. The report keeps the starting drafter's sha256, its own
 report (from DIR/../manifest.json when DIR is an exported pair's drafter)
 and its held-out accept length on this run's held-out rows, measured before
 the first step, so the two are compared on the same data.
@@ -41,6 +43,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
+from mlx.utils import tree_flatten
 
 import common
 from make_drafters import save_drafter, zlab_config
@@ -104,17 +107,49 @@ def tap_states(model, sequences: np.ndarray, batch: int, tap_layers: list[int]) 
     """The target's taps over the sequences, and its greedy label for every
     position p >= 1 (its argmax after the tokens before p); position 0 keeps
     its token."""
-    taps, labels = [], []
+    # Each batch goes into one host buffer (bf16 bits as uint16: numpy has
+    # no bfloat16), copied to the device once at the end, so neither memory
+    # ever holds the taps twice: keeping the batches on the device and
+    # concatenating them (twice the taps at the peak) ran three trainers on
+    # one H100 out of memory.
+    host, labels = None, np.empty(sequences.shape, np.int32)
     began = time.time()
     for first in range(0, len(sequences), batch):
         tokens = mx.array(sequences[first:first + batch])
         logits, t = common.forward_with_taps(model, tokens, tap_layers)
-        taps.append(t.astype(mx.bfloat16))
-        labels.append(mx.concatenate([tokens[:, :1], mx.argmax(logits[:, :-1], axis=-1)], axis=1))
-        mx.eval(taps[-1], labels[-1])
+        label = mx.concatenate([tokens[:, :1], mx.argmax(logits[:, :-1], axis=-1)], axis=1)
+        if host is None:
+            host = np.empty((len(sequences),) + t.shape[1:], np.uint16)
+        host[first:first + batch] = np.array(t.astype(mx.bfloat16).view(mx.uint16))
+        labels[first:first + batch] = np.array(label)
         if first == 0:  # kernel builds (NVRTC) land here: see training/h200.sh
             print(f"first tap batch in {time.time() - began:.1f} s", flush=True)
-    return mx.concatenate(taps), mx.concatenate(labels).astype(mx.int32)
+    mx.clear_cache()
+    return mx.array(host).view(mx.bfloat16), mx.array(labels)
+
+
+def load_grown(draft, path: Path) -> int:
+    """Load a trained drafter's weights into `draft`, which may have more
+    layers than it (--layers above the init's): the layers it lacks keep
+    their random weights except the two projections that write into the
+    residual stream (attention's o_proj, the MLP's down_proj), set to zero,
+    so each added layer passes its input through unchanged and the grown
+    drafter starts as the trained one, every logit the same. Returns the
+    number of layers added."""
+    weights = mx.load(str(path))
+    have = len({k.split(".")[1] for k in weights if k.startswith("layers.")})
+    added = len(draft.layers) - have
+    if added < 0:
+        sys.exit(f"--init {path.parent} has {have} layers, more than --layers {len(draft.layers)}")
+    for layer in draft.layers[have:]:
+        layer.self_attn.o_proj.weight = mx.zeros_like(layer.self_attn.o_proj.weight)
+        layer.mlp.down_proj.weight = mx.zeros_like(layer.mlp.down_proj.weight)
+    own = dict(tree_flatten(draft.parameters()))
+    wrong = [k for k, v in weights.items() if k not in own or own[k].shape != v.shape]
+    if wrong:
+        sys.exit(f"--init {path.parent} does not fit this drafter's shape: {wrong[0]}")
+    draft.load_weights(list(weights.items()), strict=added == 0)
+    return added
 
 
 def rope(x: mx.array, positions: mx.array, theta: float) -> mx.array:
@@ -424,7 +459,7 @@ def main():
         draft = zlab.DFlashDraftModel(zlab_config(cfg))
         if args.init:
             # Saved in bf16; trained in f32 like a fresh drafter.
-            draft.load_weights(str(args.init / "model.safetensors"), strict=True)
+            load_grown(draft, args.init / "model.safetensors")
             draft.set_dtype(mx.float32)
         mx.eval(draft.parameters())
         warmup = max(1, min(100, steps // 2))

@@ -217,3 +217,50 @@ def test_prose_windows_end_inside_docstrings_and_comments():
     assert not any(h.endswith(("fib", "return x", "= 'a'")) for h in heads), heads
     # A window must fit before its end.
     assert all(end >= 10 for end in common.prose_windows(ids, tokenizer, 10))
+
+
+def test_tap_states_equal_one_forward_over_all_sequences():
+    """tap_states stages each batch in host memory (bf16 bits as uint16) and
+    copies the whole set back once; the result must be the forward's own
+    taps, bit for bit, and its greedy labels, whatever the batch split."""
+    import numpy as np
+    from train_drafter import tap_states
+
+    model = tiny_target()
+    rows = np.random.default_rng(2).integers(4, 300, (5, 12)).astype(np.int32)
+    taps, labels = tap_states(model, rows, 2, [0, 1])
+    logits, expected = common.forward_with_taps(model, mx.array(rows), [0, 1])
+    assert taps.dtype == mx.bfloat16 and labels.dtype == mx.int32
+    assert mx.array_equal(taps, expected.astype(mx.bfloat16)).item()
+    assert (np.array(labels[:, 0]) == rows[:, 0]).all()
+    assert (np.array(labels[:, 1:]) == np.array(mx.argmax(logits[:, :-1], axis=-1))).all()
+
+
+def test_a_grown_drafter_starts_as_the_drafter_it_grew_from(tmp_path):
+    """--init with more --layers than the init: the added layers pass their
+    input through, so every logit of the grown drafter equals the trained
+    one's before the first step; a drafter of another width is refused."""
+    from make_drafters import random_drafter, save_drafter, zlab_config
+    from train_drafter import block_logits, load_grown
+
+    from dflash import model_mlx as zlab
+
+    cfg = dict(common.DRAFTER, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+               head_dim=16, intermediate_size=96, vocab_size=300, num_hidden_layers=2,
+               dflash_config={"target_layer_ids": [0, 2, 4], "mask_token_id": 3})
+    small = random_drafter(cfg, seed=7)
+    save_drafter(tmp_path / "small", cfg, small)
+    grown = zlab.DFlashDraftModel(zlab_config(dict(cfg, num_hidden_layers=4)))
+    assert load_grown(grown, tmp_path / "small" / "model.safetensors") == 2
+    mx.random.seed(1)
+    embed = nn.Embedding(300, 64)
+    tokens, taps = mx.random.randint(4, 300, (1, 40)), mx.random.normal((1, 40, 3 * 64))
+    anchors = mx.array([[7, 20]])
+    a = block_logits(small, embed, embed.as_linear, tokens, taps, anchors, 3, cfg["rope_theta"])
+    b = block_logits(grown, embed, embed.as_linear, tokens, taps, anchors, 3, cfg["rope_theta"])
+    assert mx.array_equal(a, b).item()
+    # a layer's weights that are not zero would change them
+    assert not mx.array_equal(grown.layers[3].mlp.up_proj.weight, 0).item()
+    wide = zlab.DFlashDraftModel(zlab_config(dict(cfg, hidden_size=128, num_hidden_layers=3)))
+    with pytest.raises(SystemExit, match="does not fit"):
+        load_grown(wide, tmp_path / "small" / "model.safetensors")
