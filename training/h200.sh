@@ -210,17 +210,23 @@ except OSError: print(0)' "$work/sequences-shard-$((shard + i)).npz")
     done
     # VARIANTS='a:ARGS;b:ARGS': one trainer per variant, side by side on the
     # one GPU (a step of this drafter, ~27 ms on an H100 for ~0.5 TFLOP, 1-2
-    # ms at the GPU's bf16 rate, is bound by its launches; how much slower three
-    # side by side run is not yet measured), drafter-TAG-a
+    # ms at the GPU's bf16 rate, is bound by its launches; three side by side
+    # ran at 62-64 ms each), drafter-TAG-a
     # with ARGS after the call's own; unset, one trainer, drafter-TAG.
+    # Side by side, each times its steps once all are ready (--side-by-side).
     IFS=';' read -ra variants <<< "${VARIANTS:-:}"
-    pids=() tags=()
+    pids=() tags=() together=()
+    if [ ${#variants[@]} -gt 1 ]; then
+      rm -rf "$work/side-by-side-$tag"
+      together=(--side-by-side "$work/side-by-side-$tag:${#variants[@]}")
+    fi
     for variant in "${variants[@]}"; do
       name=${variant%%:*} extra=${variant#*:}
       one=$tag${name:+-$name}
       # shellcheck disable=SC2086
       python3 training/train_drafter.py "$work" --init "$init" --tag "$one" --lr 5e-4 --tap-batch 512 \
-        --sequences "$sequences" --steps 0 --deadline $((began + 570)) "$@" $extra > "$OUT/drafter-$one.log" 2>&1 &
+        --sequences "$sequences" --steps 0 --deadline $((began + 570)) "${together[@]}" "$@" $extra \
+        > "$OUT/drafter-$one.log" 2>&1 &
       pids+=($!) tags+=("$one")
     done
     status=0 files=()

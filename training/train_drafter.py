@@ -369,6 +369,9 @@ def main():
                         help="start from this drafter folder's weights (a fine-tune), not random ones")
     parser.add_argument("--tap-batch", type=int, default=64,
                         help="sequences per target forward when computing the taps (larger on a GPU)")
+    parser.add_argument("--side-by-side", metavar="DIR:N",
+                        help="one of N trainers sharing the GPU: time the steps when all N are "
+                             "ready (each marks itself in DIR), so the plan fits the shared speed")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--no-compile", dest="compile", action="store_false")
     parser.add_argument("--teacher-forced", action="store_true",
@@ -378,7 +381,7 @@ def main():
     if args.smoke:
         args.sequences, args.generate, args.batch, args.anchors = 12, 48, 2, 4
         args.distill_batch = 4
-        args.steps = args.steps or 4
+        args.steps = args.steps or (0 if args.deadline else 4)  # planned to a deadline, as on the GPU
     taps_ids = [int(t) for t in args.taps.split(",")]
     suffix = f"-{args.tag}" if args.tag else ""
     common.seed_everything(args.seed)
@@ -490,7 +493,15 @@ def main():
     if args.steps == 0:  # as many as fit the time left, measured on a throwaway drafter
         _, probe = make_trainer(100)
         probe_rng = np.random.default_rng(args.seed + 1)
-        args.steps = common.plan_steps(lambda: probe(probe_rng), stop_at - time.time() - 20)
+        peers = None
+        if args.side_by_side:
+            folder, count = args.side_by_side.rsplit(":", 1)
+
+            def peers():
+                if not common.wait_for_peers(Path(folder), args.tag or "drafter", int(count)):
+                    print("side by side: the other trainers never came; timing alone", flush=True)
+        args.steps = common.plan_steps(lambda: probe(probe_rng), stop_at - time.time() - 20,
+                                       before_timing=peers)
     mx.random.seed(args.seed)
     draft, step = make_trainer(args.steps)
 

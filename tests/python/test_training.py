@@ -264,3 +264,26 @@ def test_a_grown_drafter_starts_as_the_drafter_it_grew_from(tmp_path):
     wide = zlab.DFlashDraftModel(zlab_config(dict(cfg, hidden_size=128, num_hidden_layers=3)))
     with pytest.raises(SystemExit, match="does not fit"):
         load_grown(wide, tmp_path / "small" / "model.safetensors")
+
+
+def test_trainers_side_by_side_time_their_steps_together(tmp_path):
+    """wait_for_peers returns once every trainer has marked itself ready,
+    whatever order they come in, and gives up (False) on a trainer that
+    never comes; plan_steps runs the wait between warm-up and timing."""
+    import threading
+
+    results = {}
+
+    def trainer(name):
+        results[name] = common.wait_for_peers(tmp_path / "three", name, 3, timeout=60)
+
+    threads = [threading.Thread(target=trainer, args=(n,)) for n in ("a", "b", "c")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {"a": True, "b": True, "c": True}
+    assert common.wait_for_peers(tmp_path / "alone", "a", 2, timeout=0.2) is False
+    calls = []
+    common.plan_steps(lambda: calls.append("step"), 1e6, before_timing=lambda: calls.append("wait"))
+    assert calls == ["step"] * 3 + ["wait"] + ["step"] * 10
