@@ -287,3 +287,24 @@ def test_trainers_side_by_side_time_their_steps_together(tmp_path):
     calls = []
     common.plan_steps(lambda: calls.append("step"), 1e6, before_timing=lambda: calls.append("wait"))
     assert calls == ["step"] * 3 + ["wait"] + ["step"] * 10
+
+
+def test_grow_writes_the_committed_drafter_deeper(tmp_path, monkeypatch):
+    """training/grow.py: the committed drafter with two identity layers
+    added, its config saying so, its first layers' weights the committed
+    ones bit for bit and the added layers' output projections zero."""
+    import grow
+
+    src = ROOT / "models" / "default" / "drafter"
+    monkeypatch.setattr(sys, "argv", ["grow.py", str(src), "4", str(tmp_path / "l4")])
+    grow.main()
+    import json
+
+    cfg = json.loads((tmp_path / "l4" / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 4
+    old, new = mx.load(str(src / "model.safetensors")), mx.load(str(tmp_path / "l4" / "model.safetensors"))
+    assert all(mx.array_equal(old[k], new[k]).item() for k in old)
+    for i in (2, 3):
+        assert not mx.any(new[f"layers.{i}.self_attn.o_proj.weight"]).item()
+        assert not mx.any(new[f"layers.{i}.mlp.down_proj.weight"]).item()
+        assert mx.any(new[f"layers.{i}.mlp.up_proj.weight"]).item()
