@@ -19,6 +19,7 @@ keeps every round's recorded costs, which the gate's tests replay.
 import argparse
 import json
 import math
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -172,6 +173,11 @@ def mean(values):
     return sum(values) / len(values) if values else float("nan")
 
 
+def median(values):
+    values = sorted(values)
+    return statistics.median(values) if values else float("nan")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", type=Path, default=ROOT / "models/default/target")
@@ -233,6 +239,14 @@ def main():
                                    for r in rows for c in r["first_round_costs"] if c["mode"] == "dflash"),
             "last_round_ms": mean(c["draft_ms"] + c["verify_ms"] + c["rollback_ms"]
                                   for r in rows for c in r["round_costs"] if c["mode"] == "dflash"),
+            # where a round's time goes (the last repeat's DFlash rounds,
+            # medians): what a deeper drafter costs (docs/acceptance.md,
+            # "What a deeper drafter must earn")
+            "draft_ms_median": median(c["draft_ms"] for r in rows for c in r["round_costs"]
+                                      if c["mode"] == "dflash"),
+            "verify_ms_median": median(c["verify_ms"] for r in rows for c in r["round_costs"]
+                                       if c["mode"] == "dflash"),
+            "plain_step_ms_median": median(t for r in rows for t in r["plain_step_ms"]),
             "zlab_speedup": mean(r["zlab_dflash_tps"] / r["zlab_ar_tps"] for r in rows),
             "ours_dflash_tps": mean(r["ours_dflash_tps"] for r in rows),
             "ours_ar_tps": mean(r["ours_ar_tps"] for r in rows),
@@ -255,10 +269,12 @@ def main():
               f"{r['ours_ar_tps']:>10.1f}{r['ours_speedup']:>9.2f}x{r['ours_auto_speedup']:>8.2f}x"
               f"{r['ours_auto_min_speedup']:>6.2f}x{r['zlab_speedup']:>15.2f}x")
     print("over the last half of the repeats (warm), and a DFlash round's mean cost in the first and last repeat:")
-    print(f"{'regime':<14}{'DFlash/AR':>10}{'auto/AR':>9}{'(min)':>7}{'round ms first':>16}{'last':>7}")
+    print(f"{'regime':<14}{'DFlash/AR':>10}{'auto/AR':>9}{'(min)':>7}{'round ms first':>16}{'last':>7}"
+          f"{'| medians: draft':>17}{'verify':>8}{'plain step':>12}")
     for regime, r in results.items():
         print(f"{regime:<14}{r['ours_warm_speedup']:>9.2f}x{r['ours_warm_auto_speedup']:>8.2f}x"
-              f"{r['ours_warm_auto_min_speedup']:>6.2f}x{r['first_round_ms']:>16.2f}{r['last_round_ms']:>7.2f}")
+              f"{r['ours_warm_auto_min_speedup']:>6.2f}x{r['first_round_ms']:>16.2f}{r['last_round_ms']:>7.2f}"
+              f"{r['draft_ms_median']:>17.2f}{r['verify_ms_median']:>8.2f}{r['plain_step_ms_median']:>12.3f}")
     if args.wide:
         print("the goals' prompts alone (the first of each regime's eight):")
         print(f"{'regime':<14}{'accept ours':>12}{'DFlash/AR':>10}{'auto/AR':>9}{'(min)':>7}")
