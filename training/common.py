@@ -267,7 +267,7 @@ def plan_steps(run_step, budget_seconds: float, cap: int = 100_000, margin: floa
     start = time.time()
     for _ in range(10):
         run_step()
-    per_step = (time.time() - start) / 10
+    per_step = max((time.time() - start) / 10, 1e-9)  # a clock too coarse to see the steps
     budget_seconds -= time.time() - began  # the probe's own time is spent
     steps = int(max(10, min(cap, margin * budget_seconds / per_step)))
     print(f"{per_step * 1e3:.1f} ms a step: planning {steps} steps", flush=True)
