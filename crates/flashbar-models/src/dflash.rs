@@ -83,9 +83,24 @@ impl DraftCache {
 impl Drafter {
     /// Loads a drafter folder and checks it fits `target`.
     pub fn load(dir: &Path, target: &Model) -> Result<Self> {
+        Self::load_on(dir, target, None)
+    }
+
+    /// [`Self::load`] with MLX's matmul path whatever the device: the
+    /// GPU's dense products and forward, run on the CPU (the tests compare
+    /// it with the host path).
+    #[cfg(test)]
+    pub(crate) fn load_on_mlx_path(dir: &Path, target: &Model) -> Result<Self> {
+        Self::load_on(dir, target, Some(MatmulPath::Mlx))
+    }
+
+    fn load_on(dir: &Path, target: &Model, path: Option<MatmulPath>) -> Result<Self> {
         let (config, checkpoint) = Self::check(dir, target.config())?;
         let arrays = checkpoint.load()?;
         let mut weights = Weights::new(arrays, config.quantization.clone());
+        if let Some(path) = path {
+            weights.set_matmul_path(path);
+        }
         let host_maps = weights.matmul_path() == MatmulPath::Host;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
@@ -93,7 +108,7 @@ impl Drafter {
             let a = format!("{p}.self_attn");
             layers.push(DraftLayer {
                 attention: DraftAttention {
-                    qkv: Fused::load(
+                    qkv: Fused::load_stacking_dense(
                         &mut weights,
                         &["q", "k", "v"].map(|part| format!("{a}.{part}_proj")),
                     )?,
@@ -234,6 +249,20 @@ impl Drafter {
         self.scale_logits(target.lm_head(&h)?)
     }
 
+    /// q/k/v as three products again where they are one dense product (the
+    /// tests compare the two).
+    #[cfg(test)]
+    pub(crate) fn with_qkv_apart(mut self) -> Self {
+        self.layers = std::mem::take(&mut self.layers)
+            .into_iter()
+            .map(|mut layer| {
+                layer.attention.qkv = layer.attention.qkv.unstacked().unwrap();
+                layer
+            })
+            .collect();
+        self
+    }
+
     /// Whether the forward runs on the host path (`dflash/host.rs`).
     pub fn is_host(&self) -> bool {
         self.host.is_some()
@@ -290,23 +319,6 @@ impl DraftAttention {
         let block_start = start + s_all;
         let eps = config.rms_norm_eps;
         let heads = |t: &Array, n: i32, rows: i32| t.reshape(&[b, rows, n, -1]);
-        // q/k/v of the block and k/v of the new context rows. Where the maps
-        // are one product the rows go through it together (context first;
-        // its q is not used): the same values as two calls, one call fewer.
-        let ([q_x, k_x, v_x], [k_ctx, v_ctx]) =
-            if self.qkv.is_stacked() && s > 0 && context.dtype() == x.dtype() {
-                let [q, k, v] = three(self.qkv.forward(&concatenate(&[&context, x], 1)?)?)?;
-                let (ctx, block) = (
-                    |t: &Array| t.index((.., ..s)),
-                    |t: &Array| t.index((.., s..)),
-                );
-                ([block(&q), block(&k), block(&v)], [ctx(&k), ctx(&v)])
-            } else {
-                let of = |i: usize| self.qkv.forward_one(i, &context);
-                (three(self.qkv.forward(x)?)?, [of(1)?, of(2)?])
-            };
-        let queries = rms_norm(&heads(&q_x, self.heads, l)?, Some(&self.q_norm), eps)?
-            .transpose_axes(&[0, 2, 1, 3])?;
         let project_keys = |t: &Array, rows: i32| -> Result<Array> {
             Ok(
                 rms_norm(&heads(t, self.kv_heads, rows)?, Some(&self.k_norm), eps)?
@@ -325,22 +337,51 @@ impl DraftAttention {
                 offset,
             )
         };
+        // q of the block; keys and values of the new context rows then the
+        // block's, `[B, kv_heads, s + l, head_dim]`. The two sets of rows
+        // hold consecutive positions (context_start + s == block_start), so
+        // where the maps are one product the rows go through it together
+        // (context first; its q is not used) and their keys are normed and
+        // rotated in one call each: row by row the same values as apart,
+        // three calls fewer (docs/gpu.md, "The drafter's forward on the GPU").
+        debug_assert_eq!(context_start + s, block_start);
+        let (q_x, new_keys, new_values) =
+            if self.qkv.is_stacked() && s > 0 && context.dtype() == x.dtype() {
+                let [q, k, v] = three(self.qkv.forward(&concatenate(&[&context, x], 1)?)?)?;
+                (
+                    q.index((.., s..)),
+                    rotate(&project_keys(&k, s + l)?, context_start)?,
+                    project_values(&v, s + l)?,
+                )
+            } else {
+                let [q, k, v] = three(self.qkv.forward(x)?)?;
+                let block_keys = rotate(&project_keys(&k, l)?, block_start)?;
+                let block_values = project_values(&v, l)?;
+                if s > 0 {
+                    let of = |i: usize| self.qkv.forward_one(i, &context);
+                    let keys = rotate(&project_keys(&of(1)?, s)?, context_start)?;
+                    let values = project_values(&of(2)?, s)?;
+                    (
+                        q,
+                        concatenate(&[&keys, &block_keys], 2)?,
+                        concatenate(&[&values, &block_values], 2)?,
+                    )
+                } else {
+                    (q, block_keys, block_values)
+                }
+            };
+        let queries = rms_norm(&heads(&q_x, self.heads, l)?, Some(&self.q_norm), eps)?
+            .transpose_axes(&[0, 2, 1, 3])?;
         let queries = rotate(&queries, block_start)?;
-        let block_keys = rotate(&project_keys(&k_x, l)?, block_start)?;
-        let block_values = project_values(&v_x, l)?;
-        let new_keys = rotate(&project_keys(&k_ctx, s)?, context_start)?;
-        let new_values = project_values(&v_ctx, s)?;
-        let (ctx_keys, ctx_values) = match (&kv.keys, &kv.values) {
-            (Some(k), Some(v)) if s > 0 => (
+        // The cached context, then the new rows and the block.
+        let (keys, values) = match (&kv.keys, &kv.values) {
+            (Some(k), Some(v)) => (
                 concatenate(&[k, &new_keys], 2)?,
                 concatenate(&[v, &new_values], 2)?,
             ),
-            (Some(k), Some(v)) => (k.clone(), v.clone()),
             _ => (new_keys, new_values),
         };
-        let ctx_len = ctx_keys.shape()[2];
-        let keys = concatenate(&[&ctx_keys, &block_keys], 2)?;
-        let values = concatenate(&[&ctx_values, &block_values], 2)?;
+        let ctx_len = keys.shape()[2] - l;
         let mask = self.mask(l, ctx_len)?;
         let scale = (self.head_dim as f32).powf(-0.5);
         let out =
@@ -359,8 +400,8 @@ impl DraftAttention {
             };
         // Keep what the next round can still see.
         let keep = self.window.map_or(ctx_len, |w| ctx_len.min(w - 1));
-        kv.keys = Some(ctx_keys.index((.., .., (ctx_len - keep)..)));
-        kv.values = Some(ctx_values.index((.., .., (ctx_len - keep)..)));
+        kv.keys = Some(keys.index((.., .., (ctx_len - keep)..ctx_len)));
+        kv.values = Some(values.index((.., .., (ctx_len - keep)..ctx_len)));
         let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
         self.o_proj.forward(&out)
     }

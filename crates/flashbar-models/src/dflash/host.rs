@@ -220,17 +220,84 @@ mod tests {
     /// logits within a few bf16 roundings of each other (the host's
     /// attention sums in f32, MLX's CPU fallback rounds to bf16 on the way),
     /// and the drafts, the logits' argmax, the same where MLX's top two are
-    /// not within that distance.
+    /// not within that distance. MLX's ops are checked twice: over the host
+    /// path's weights, and on MLX's own matmul path (the GPU's: dense
+    /// products, q/k/v stacked into one, the context's and the block's keys
+    /// rotated in one call).
     #[test]
     fn host_drafts_are_the_mlx_path_s_within_bf16_rounding() {
         mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
         let target = Model::load(&embedded("target")).unwrap();
         let host = Drafter::load(&embedded("drafter"), &target).unwrap();
         assert!(host.is_host(), "the embedded drafter takes the host path");
-        let mlx = Drafter::load(&embedded("drafter"), &target)
+        let over_host_weights = Drafter::load(&embedded("drafter"), &target)
             .unwrap()
             .without_host();
-        let taps = host.config().target_layer_ids.clone();
+        let gpu_path = Drafter::load_on_mlx_path(&embedded("drafter"), &target).unwrap();
+        assert!(!gpu_path.is_host());
+        assert!(gpu_path.layers[0].attention.qkv.is_stacked());
+        for (name, mlx) in [
+            ("host weights", over_host_weights),
+            ("MLX's path", gpu_path),
+        ] {
+            let rounds = rounds(&target, &host, &mlx);
+            for (round, (a, b)) in rounds.iter().enumerate() {
+                assert_eq!(a.len(), b.len());
+                let largest = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let worst = a
+                    .iter()
+                    .zip(b)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0f32, f32::max);
+                // A few bf16 units of the largest logit (2^-8 relative each).
+                assert!(
+                    worst <= 8.0 * largest / 256.0,
+                    "{name}, round {round}: logits differ by {worst} (largest {largest})"
+                );
+                for (p, (x, y)) in a.chunks(4096).zip(b.chunks(4096)).enumerate() {
+                    let top = |v: &[f32]| {
+                        (0..v.len()).fold(0, |best, i| if v[i] > v[best] { i } else { best })
+                    };
+                    let mut sorted = y.to_vec();
+                    sorted.sort_by(|p, q| q.total_cmp(p));
+                    if sorted[0] - sorted[1] > 2.0 * worst {
+                        assert_eq!(top(x), top(y), "{name}, round {round}, draft {p}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// On MLX's path, q/k/v as one product over the context's and the
+    /// block's rows (keys rotated together) drafts what the three maps one
+    /// by one draft, each on its own rows, within float rounding (the
+    /// products' sums may run in another order).
+    #[test]
+    fn stacked_dense_qkv_drafts_as_the_maps_apart() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let target = Model::load(&embedded("target")).unwrap();
+        let load = || Drafter::load_on_mlx_path(&embedded("drafter"), &target).unwrap();
+        let (stacked, apart) = (load(), load().with_qkv_apart());
+        assert!(stacked.layers[0].attention.qkv.is_stacked());
+        assert!(!apart.layers[0].attention.qkv.is_stacked());
+        for (round, (a, b)) in rounds(&target, &stacked, &apart).iter().enumerate() {
+            let largest = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let worst = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
+            assert!(
+                worst <= 2.0 * largest / 256.0,
+                "round {round}: logits differ by {worst} (largest {largest})"
+            );
+        }
+    }
+
+    /// Both drafters' logits over three rounds of the same taps: a prompt's
+    /// context, then 5 and 1 committed positions.
+    fn rounds(target: &Model, a: &Drafter, b: &Drafter) -> Vec<(Vec<f32>, Vec<f32>)> {
+        let taps = a.config().target_layer_ids.clone();
         let ids: Vec<u32> = (0..40).map(|i| (i * 7919 + 13) % 4096).collect();
         let mut cache = target.new_cache();
         let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
@@ -239,45 +306,23 @@ mod tests {
             .unwrap()
             .taps
             .unwrap();
-        let (mut host_cache, mut mlx_cache) = (host.new_cache(), mlx.new_cache());
-        let mask = host.config().mask_token_id;
+        let (mut a_cache, mut b_cache) = (a.new_cache(), b.new_cache());
+        let mask = a.config().mask_token_id;
         let mut from = 0;
-        for (round, to) in [30, 35, 36].into_iter().enumerate() {
+        let mut out = Vec::new();
+        for to in [30, 35, 36] {
             let mut block = vec![ids[to - 1]];
             block.extend(std::iter::repeat_n(mask, 15));
             let block = Array::from_slice(&block, &[1, 16]);
             let rows = tapped.index((.., from as i32..to as i32));
             from = to;
-            let a = values(
-                &host
-                    .forward(&target, &block, &rows, &mut host_cache)
-                    .unwrap(),
-            );
-            let b = values(&mlx.forward(&target, &block, &rows, &mut mlx_cache).unwrap());
-            assert_eq!(a.len(), b.len());
-            let largest = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let worst = a
-                .iter()
-                .zip(&b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0f32, f32::max);
-            // A few bf16 units of the largest logit (2^-8 relative each).
-            assert!(
-                worst <= 8.0 * largest / 256.0,
-                "round {round}: logits differ by {worst} (largest {largest})"
-            );
-            for (p, (x, y)) in a.chunks(4096).zip(b.chunks(4096)).enumerate() {
-                let top = |v: &[f32]| {
-                    (0..v.len()).fold(0, |best, i| if v[i] > v[best] { i } else { best })
-                };
-                let mut sorted = y.to_vec();
-                sorted.sort_by(|p, q| q.total_cmp(p));
-                if sorted[0] - sorted[1] > 2.0 * worst {
-                    assert_eq!(top(x), top(y), "round {round}, draft {p}");
-                }
-            }
-            assert_eq!(host_cache.positions(), mlx_cache.positions());
+            out.push((
+                values(&a.forward(target, &block, &rows, &mut a_cache).unwrap()),
+                values(&b.forward(target, &block, &rows, &mut b_cache).unwrap()),
+            ));
+            assert_eq!(a_cache.positions(), b_cache.positions());
         }
+        out
     }
 
     /// A drafter with a context window of 12 drafts, round after round, as
@@ -287,14 +332,13 @@ mod tests {
     fn a_context_window_sees_only_the_latest_rows() {
         mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
         let target = Model::load(&embedded("target")).unwrap();
-        for host_path in [true, false] {
-            let load = || {
-                let drafter = Drafter::load(&embedded("drafter"), &target).unwrap();
-                if host_path {
-                    drafter
-                } else {
-                    drafter.without_host()
-                }
+        for path in ["host", "MLX over host weights", "MLX's path"] {
+            let load = || match path {
+                "host" => Drafter::load(&embedded("drafter"), &target).unwrap(),
+                "MLX over host weights" => Drafter::load(&embedded("drafter"), &target)
+                    .unwrap()
+                    .without_host(),
+                _ => Drafter::load_on_mlx_path(&embedded("drafter"), &target).unwrap(),
             };
             let mut windowed = load();
             windowed.config.context_window = Some(12);
@@ -331,10 +375,7 @@ mod tests {
                 let latest = tapped.index((.., (to as i32 - 12)..to as i32));
                 let expected =
                     values(&whole.forward(&target, &block, &latest, &mut fresh).unwrap());
-                assert_eq!(
-                    ours, expected,
-                    "host path {host_path}, round ending at {to}"
-                );
+                assert_eq!(ours, expected, "{path}, round ending at {to}");
                 assert_eq!(cache.positions(), to);
             }
         }

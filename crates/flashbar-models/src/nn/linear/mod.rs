@@ -126,6 +126,11 @@ impl Weights {
         self.path
     }
 
+    /// Overrides the chosen path (the tests run MLX's path on the CPU).
+    pub(crate) fn set_matmul_path(&mut self, path: MatmulPath) {
+        self.path = path;
+    }
+
     /// Whether attention and the gated-delta recurrence run on the host
     /// kernels: on the CPU whatever the model's size (they need no unpacked
     /// weights), unless `FLASHBAR_CPU_MATMUL=mlx`.

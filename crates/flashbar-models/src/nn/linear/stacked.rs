@@ -16,7 +16,9 @@ use mlx_rs::Array;
 /// On the host path the values are bit for bit those of the maps one by
 /// one (`host::linear_split`); packed maps on MLX's path (the GPU, large
 /// models on the CPU) become one quantized matmul whose columns are each
-/// map's, split after it (docs/gpu.md, "Fewer calls").
+/// map's, split after it (docs/gpu.md, "Fewer calls"); dense maps only
+/// where loaded by [`Fused::load_stacking_dense`] (the drafter's q/k/v:
+/// docs/gpu.md, "The drafter's forward on the GPU").
 pub struct Fused {
     /// The maps one by one, where they are not stacked.
     parts: Vec<Linear>,
@@ -38,6 +40,53 @@ impl Fused {
             .map(|path| Linear::load(weights, path))
             .collect::<Result<Vec<_>>>()?;
         Self::of(parts)
+    }
+
+    /// [`Self::load`], and where the maps are dense (unquantized, on MLX's
+    /// path) of one dtype and input width, they are stacked too: one
+    /// product instead of one per map. For the drafter, whose maps are so
+    /// small that on the GPU each costs a call's floor, not its arithmetic
+    /// (docs/gpu.md, "The drafter's forward on the GPU"); the target keeps
+    /// its dense maps apart.
+    pub fn load_stacking_dense(weights: &mut Weights, paths: &[String]) -> Result<Self> {
+        let parts = paths
+            .iter()
+            .map(|path| Linear::load(weights, path))
+            .collect::<Result<Vec<_>>>()?;
+        match stack_dense(&parts)? {
+            Some(weight) => Ok(Fused {
+                stacked: Some((weight, stack_widths(&parts))),
+                parts: Vec::new(),
+                paired: false,
+            }),
+            None => Self::of(parts),
+        }
+    }
+
+    /// The maps one by one again, where they are one dense product (the
+    /// tests compare the two).
+    #[cfg(test)]
+    pub(crate) fn unstacked(self) -> Result<Self> {
+        let Some((LinearWeight::Dense(w), widths)) = &self.stacked else {
+            return Ok(self);
+        };
+        let mut parts = Vec::with_capacity(widths.len());
+        let mut start = 0;
+        for &n in widths {
+            parts.push(Linear {
+                weight: LinearWeight::Dense(mlx_rs::ops::indexing::IndexOp::index(
+                    w,
+                    start..start + n,
+                )),
+                bias: None,
+            });
+            start += n;
+        }
+        Ok(Fused {
+            parts,
+            stacked: None,
+            paired: false,
+        })
     }
 
     fn of(parts: Vec<Linear>) -> Result<Self> {
@@ -153,6 +202,36 @@ impl Fused {
     }
 }
 
+/// Dense maps' weights as one (rows of each map in order), where every map
+/// is dense, of one dtype and input width, and without a bias; None
+/// elsewhere (or where [`STACK_MAPS_ENV`] is `0`).
+fn stack_dense(parts: &[Linear]) -> Result<Option<LinearWeight>> {
+    if parts.len() < 2
+        || parts.iter().any(|p| p.bias.is_some())
+        || std::env::var(STACK_MAPS_ENV).as_deref() == Ok("0")
+    {
+        return Ok(None);
+    }
+    let Some(dense) = parts
+        .iter()
+        .map(|part| match &part.weight {
+            LinearWeight::Dense(w) if w.ndim() == 2 => Some(w),
+            _ => None,
+        })
+        .collect::<Option<Vec<&Array>>>()
+    else {
+        return Ok(None);
+    };
+    let first = dense[0];
+    if dense
+        .iter()
+        .any(|w| w.dtype() != first.dtype() || w.shape()[1] != first.shape()[1])
+    {
+        return Ok(None);
+    }
+    Ok(Some(LinearWeight::Dense(concatenate(&dense, 0)?)))
+}
+
 /// The maps' weights as one, outputs in order: host matrices summed alike,
 /// or packed weights of one format (on MLX's path, unless
 /// [`STACK_MAPS_ENV`] is `0`). None where they differ, carry a bias, or
@@ -259,6 +338,58 @@ mod tests {
         }
         let mixed = vec![packed(32, 128, 4, 1.0), packed(32, 128, 8, 2.0)];
         assert!(stack(&mixed).unwrap().is_none(), "4-bit and 8-bit maps");
+    }
+
+    /// Dense maps of one dtype and input width stack into one product
+    /// whose columns are each map's (the drafter's q/k/v on MLX's path);
+    /// maps of another width, another dtype or with a bias stay apart.
+    #[test]
+    fn dense_maps_stack_into_one_product() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let dense = |n: i32, k: i32, salt: f32| Linear {
+            weight: LinearWeight::Dense(values(n, k, salt)),
+            bias: None,
+        };
+        let parts = vec![dense(96, 64, 1.0), dense(32, 64, 2.0), dense(32, 64, 3.0)];
+        let weight = stack_dense(&parts).unwrap().expect("one dtype and width");
+        let fused = Fused {
+            stacked: Some((weight, stack_widths(&parts))),
+            parts: Vec::new(),
+            paired: false,
+        };
+        for rows in [1, 21] {
+            let x = values(rows, 64, 9.0);
+            let maps = fused.forward(&x).unwrap();
+            assert_eq!(maps.len(), 3);
+            for (i, (map, part)) in maps.iter().zip(&parts).enumerate() {
+                let alone = part.forward(&x).unwrap();
+                assert_eq!(map.shape(), alone.shape(), "map {i}");
+                let tolerance = 1e-5 * largest(&alone);
+                assert!(
+                    largest(&map.subtract(&alone).unwrap()) <= tolerance,
+                    "map {i}, {rows} rows"
+                );
+            }
+        }
+        let unstacked = fused.unstacked().unwrap();
+        assert!(!unstacked.is_stacked());
+        assert_eq!(unstacked.forward(&values(1, 64, 9.0)).unwrap().len(), 3);
+        let widths = vec![dense(32, 64, 1.0), dense(32, 48, 2.0)];
+        assert!(
+            stack_dense(&widths).unwrap().is_none(),
+            "input widths differ"
+        );
+        let mut dtypes = vec![dense(32, 64, 1.0), dense(32, 64, 2.0)];
+        dtypes[1].weight = LinearWeight::Dense(
+            values(32, 64, 2.0)
+                .as_dtype(mlx_rs::Dtype::Bfloat16)
+                .unwrap(),
+        );
+        assert!(stack_dense(&dtypes).unwrap().is_none(), "dtypes differ");
+        let mut biased = vec![dense(32, 64, 1.0), dense(32, 64, 2.0)];
+        biased[0].bias = Some(values(1, 32, 3.0));
+        assert!(stack_dense(&biased).unwrap().is_none(), "a bias");
+        assert!(stack_dense(&parts[..1]).unwrap().is_none(), "one map");
     }
 
     /// A gate and up pair stacked with their rows paired (the GPU's GLU
