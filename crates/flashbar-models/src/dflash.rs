@@ -122,7 +122,7 @@ impl Drafter {
                     causal: config.causal(i),
                     row_kernel: row_kernels(),
                 },
-                mlp: Mlp::load(&mut weights, &format!("{p}.mlp"))?,
+                mlp: Mlp::load_stacking_dense(&mut weights, &format!("{p}.mlp"))?,
                 input_layernorm: weights.take(&format!("{p}.input_layernorm.weight"))?,
                 post_attention_layernorm: weights
                     .take(&format!("{p}.post_attention_layernorm.weight"))?,
@@ -249,14 +249,15 @@ impl Drafter {
         self.scale_logits(target.lm_head(&h)?)
     }
 
-    /// q/k/v as three products again where they are one dense product (the
-    /// tests compare the two).
+    /// q/k/v as three products again, and gate and up as two, where they
+    /// are one dense product (the tests compare the two).
     #[cfg(test)]
-    pub(crate) fn with_qkv_apart(mut self) -> Self {
+    pub(crate) fn with_maps_apart(mut self) -> Self {
         self.layers = std::mem::take(&mut self.layers)
             .into_iter()
             .map(|mut layer| {
                 layer.attention.qkv = layer.attention.qkv.unstacked().unwrap();
+                layer.mlp = layer.mlp.unstacked().unwrap();
                 layer
             })
             .collect();

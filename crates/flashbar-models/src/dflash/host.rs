@@ -269,17 +269,21 @@ mod tests {
     }
 
     /// On MLX's path, q/k/v as one product over the context's and the
-    /// block's rows (keys rotated together) drafts what the three maps one
-    /// by one draft, each on its own rows, within float rounding (the
-    /// products' sums may run in another order).
+    /// block's rows (keys rotated together), and gate and up as one, draft
+    /// what the maps one by one draft, each on its own rows, within float
+    /// rounding (the products' sums may run in another order).
     #[test]
-    fn stacked_dense_qkv_drafts_as_the_maps_apart() {
+    fn stacked_dense_maps_draft_as_the_maps_apart() {
         mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
         let target = Model::load(&embedded("target")).unwrap();
         let load = || Drafter::load_on_mlx_path(&embedded("drafter"), &target).unwrap();
-        let (stacked, apart) = (load(), load().with_qkv_apart());
-        assert!(stacked.layers[0].attention.qkv.is_stacked());
-        assert!(!apart.layers[0].attention.qkv.is_stacked());
+        let (stacked, apart) = (load(), load().with_maps_apart());
+        for layer in &stacked.layers {
+            assert!(layer.attention.qkv.is_stacked() && layer.mlp.is_stacked());
+        }
+        for layer in &apart.layers {
+            assert!(!layer.attention.qkv.is_stacked() && !layer.mlp.is_stacked());
+        }
         for (round, (a, b)) in rounds(&target, &stacked, &apart).iter().enumerate() {
             let largest = b.iter().fold(0f32, |m, v| m.max(v.abs()));
             let worst = a

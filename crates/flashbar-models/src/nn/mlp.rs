@@ -23,6 +23,36 @@ impl Mlp {
         })
     }
 
+    /// [`Self::load`] with dense gate and up maps stacked into one product
+    /// (`Fused::load_stacking_dense`): the drafter's, whose small products
+    /// cost a call's floor on the GPU (docs/gpu.md, "The drafter's forward
+    /// on the GPU").
+    pub fn load_stacking_dense(weights: &mut Weights, path: &str) -> Result<Self> {
+        Ok(Mlp {
+            gate_up: Fused::load_stacking_dense(
+                weights,
+                &[format!("{path}.gate_proj"), format!("{path}.up_proj")],
+            )?,
+            down_proj: Linear::load(weights, &format!("{path}.down_proj"))?,
+        })
+    }
+
+    /// Gate and up as two products again where they are one dense product
+    /// (the tests compare the two).
+    #[cfg(test)]
+    pub(crate) fn unstacked(self) -> Result<Self> {
+        Ok(Mlp {
+            gate_up: self.gate_up.unstacked()?,
+            down_proj: self.down_proj,
+        })
+    }
+
+    /// Whether gate and up are one product.
+    #[cfg(test)]
+    pub(crate) fn is_stacked(&self) -> bool {
+        self.gate_up.is_stacked()
+    }
+
     pub fn forward(&self, x: &Array) -> Result<Array> {
         match self.forward_onto(x, None)? {
             Onto::Apart(out) | Onto::Added(out) => Ok(out),
