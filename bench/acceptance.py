@@ -247,6 +247,12 @@ def main():
             "verify_ms_median": median(c["verify_ms"] for r in rows for c in r["round_costs"]
                                        if c["mode"] == "dflash"),
             "plain_step_ms_median": median(t for r in rows for t in r["plain_step_ms"]),
+            # what a drafter's shape is chosen by: tokens a DFlash round
+            # commits per millisecond of a warm round (docs/acceptance.md,
+            # "Grown and trained")
+            "tokens_per_round_ms": mean(r["ours_accept"] for r in rows)
+            / mean(c["draft_ms"] + c["verify_ms"] + c["rollback_ms"]
+                   for r in rows for c in r["round_costs"] if c["mode"] == "dflash"),
             "zlab_speedup": mean(r["zlab_dflash_tps"] / r["zlab_ar_tps"] for r in rows),
             "ours_dflash_tps": mean(r["ours_dflash_tps"] for r in rows),
             "ours_ar_tps": mean(r["ours_ar_tps"] for r in rows),
@@ -270,11 +276,12 @@ def main():
               f"{r['ours_auto_min_speedup']:>6.2f}x{r['zlab_speedup']:>15.2f}x")
     print("over the last half of the repeats (warm), and a DFlash round's mean cost in the first and last repeat:")
     print(f"{'regime':<14}{'DFlash/AR':>10}{'auto/AR':>9}{'(min)':>7}{'round ms first':>16}{'last':>7}"
-          f"{'| medians: draft':>17}{'verify':>8}{'plain step':>12}")
+          f"{'| medians: draft':>17}{'verify':>8}{'plain step':>12}{'| tokens a round ms':>20}")
     for regime, r in results.items():
         print(f"{regime:<14}{r['ours_warm_speedup']:>9.2f}x{r['ours_warm_auto_speedup']:>8.2f}x"
               f"{r['ours_warm_auto_min_speedup']:>6.2f}x{r['first_round_ms']:>16.2f}{r['last_round_ms']:>7.2f}"
-              f"{r['draft_ms_median']:>17.2f}{r['verify_ms_median']:>8.2f}{r['plain_step_ms_median']:>12.3f}")
+              f"{r['draft_ms_median']:>17.2f}{r['verify_ms_median']:>8.2f}{r['plain_step_ms_median']:>12.3f}"
+              f"{r['tokens_per_round_ms']:>20.2f}")
     if args.wide:
         print("the goals' prompts alone (the first of each regime's eight):")
         print(f"{'regime':<14}{'accept ours':>12}{'DFlash/AR':>10}{'auto/AR':>9}{'(min)':>7}")
