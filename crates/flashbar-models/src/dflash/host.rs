@@ -242,13 +242,7 @@ mod tests {
         ] {
             let rounds = rounds(&target, &host, &mlx);
             for (round, (a, b)) in rounds.iter().enumerate() {
-                assert_eq!(a.len(), b.len());
-                let largest = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-                let worst = a
-                    .iter()
-                    .zip(b)
-                    .map(|(x, y)| (x - y).abs())
-                    .fold(0f32, f32::max);
+                let (worst, largest) = worst_and_largest(a, b);
                 // A few bf16 units of the largest logit (2^-8 relative each).
                 assert!(
                     worst <= 8.0 * largest / 256.0,
@@ -285,17 +279,25 @@ mod tests {
             assert!(!layer.attention.qkv.is_stacked() && !layer.mlp.is_stacked());
         }
         for (round, (a, b)) in rounds(&target, &stacked, &apart).iter().enumerate() {
-            let largest = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let worst = a
-                .iter()
-                .zip(b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0f32, f32::max);
+            let (worst, largest) = worst_and_largest(a, b);
             assert!(
                 worst <= 2.0 * largest / 256.0,
                 "round {round}: logits differ by {worst} (largest {largest})"
             );
         }
+    }
+
+    /// The largest difference between `a` and `b` (of one length), and the
+    /// largest magnitude in `b`.
+    fn worst_and_largest(a: &[f32], b: &[f32]) -> (f32, f32) {
+        assert_eq!(a.len(), b.len());
+        let largest = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        (worst, largest)
     }
 
     /// Both drafters' logits over three rounds of the same taps: a prompt's
