@@ -46,7 +46,8 @@
 #        drafter-TAG-b side by side on the same sequences, each with its own
 #        ARGS after the call's.
 #   bash training/h200.sh accept TAG[,TAG...] [ARGS]
-#        bench/acceptance.py on drafter-TAG and on the committed drafter, one
+#        bench/acceptance.py on drafter-TAG (or on the folder TAG, where it
+#        is one) and on the committed drafter, one
 #        after the other in the same call (default --wide --no-reference
 #        --repeats 2), their JSON in $OUT: the call after a finetune.
 # Each step fits one 10-minute call; outputs land in /tmp/flashbar-train and,
@@ -247,7 +248,10 @@ except OSError: print(0)' "$work/sequences-shard-$((shard + i)).npz")
     args=("$@")
     [ ${#args[@]} -gt 0 ] || args=(--wide --no-reference --repeats 2)
     drafters=()
-    for tag in "${tags[@]}"; do drafters+=("$work/drafter-$tag"); done
+    # a TAG that is a folder (a drafter the call carried, e.g. from .drafters/) is taken as it is
+    for tag in "${tags[@]}"; do
+      if [ -d "$tag" ]; then drafters+=("$tag"); else drafters+=("$work/drafter-$tag"); fi
+    done
     for drafter in "${drafters[@]}" models/default/drafter; do
       name=$(basename "$drafter")
       [ "$drafter" = models/default/drafter ] && name=committed
