@@ -35,11 +35,7 @@ pub const STACK_MAPS_ENV: &str = "FLASHBAR_STACK_MAPS";
 
 impl Fused {
     pub fn load(weights: &mut Weights, paths: &[String]) -> Result<Self> {
-        let parts = paths
-            .iter()
-            .map(|path| Linear::load(weights, path))
-            .collect::<Result<Vec<_>>>()?;
-        Self::of(parts)
+        Self::of(load_parts(weights, paths)?)
     }
 
     /// [`Self::load`], and where the maps are dense (unquantized, on MLX's
@@ -49,16 +45,9 @@ impl Fused {
     /// (docs/gpu.md, "The drafter's forward on the GPU"); the target keeps
     /// its dense maps apart.
     pub fn load_stacking_dense(weights: &mut Weights, paths: &[String]) -> Result<Self> {
-        let parts = paths
-            .iter()
-            .map(|path| Linear::load(weights, path))
-            .collect::<Result<Vec<_>>>()?;
+        let parts = load_parts(weights, paths)?;
         match stack_dense(&parts)? {
-            Some(weight) => Ok(Fused {
-                stacked: Some((weight, stack_widths(&parts))),
-                parts: Vec::new(),
-                paired: false,
-            }),
+            Some(weight) => Ok(Self::from_parts(parts, Some(weight))),
             None => Self::of(parts),
         }
     }
@@ -82,25 +71,28 @@ impl Fused {
             });
             start += n;
         }
-        Ok(Fused {
-            parts,
-            stacked: None,
-            paired: false,
-        })
+        Ok(Self::from_parts(parts, None))
     }
 
     fn of(parts: Vec<Linear>) -> Result<Self> {
-        match stack(&parts)? {
-            Some(weight) => Ok(Fused {
+        let weight = stack(&parts)?;
+        Ok(Self::from_parts(parts, weight))
+    }
+
+    /// The maps as one product where `stacked` holds their weights as one,
+    /// else one by one.
+    fn from_parts(parts: Vec<Linear>, stacked: Option<LinearWeight>) -> Self {
+        match stacked {
+            Some(weight) => Fused {
                 stacked: Some((weight, stack_widths(&parts))),
                 parts: Vec::new(),
                 paired: false,
-            }),
-            None => Ok(Fused {
+            },
+            None => Fused {
                 parts,
                 stacked: None,
                 paired: false,
-            }),
+            },
         }
     }
 
@@ -200,6 +192,13 @@ impl Fused {
             None => self.parts.iter().map(|part| part.forward(x)).collect(),
         }
     }
+}
+
+fn load_parts(weights: &mut Weights, paths: &[String]) -> Result<Vec<Linear>> {
+    paths
+        .iter()
+        .map(|path| Linear::load(weights, path))
+        .collect()
 }
 
 /// Dense maps' weights as one (rows of each map in order), where every map
