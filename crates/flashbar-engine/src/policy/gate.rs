@@ -12,7 +12,8 @@
 //! probe costs about that budget. Outside a request it floors when the
 //! average falls below 1 (a round below 0.5 at once). Floored, it runs
 //! plain decoding for a backoff (32 steps, doubling to 1024 while probes
-//! keep failing), then re-probes. Where one losing round costs more than
+//! keep failing; where probes are cheap, each new request starts it over),
+//! then re-probes. Where one losing round costs more than
 //! the request's budget (a CPU: a round is 4-13 plain steps), the backoff
 //! is also never shorter than what keeps a failed probe's loss to
 //! `probe_budget` of the plain steps around it. Warm-up rounds (unjudged)
@@ -210,8 +211,16 @@ impl Gate {
         self.shadow_failures = 0;
         self.recent_gain = 0.0;
         self.request_gain = 0.0;
+        let cheap = self.probe_is_cheap();
+        if cheap {
+            // New text starts its backoff over: doubled by earlier answers'
+            // failed probes, it kept an answer whose first rounds lost from
+            // being probed again before its long runs (docs/dflash.md,
+            // "Backoffs, answer by answer").
+            self.backoff = self.config.first_backoff;
+        }
         if self.state == GateState::Floored {
-            if self.probe_is_cheap() {
+            if cheap {
                 self.enter_speculation();
             } else if self.shadows_apply() && self.shadow_affordable() {
                 self.shadow_due = true;
