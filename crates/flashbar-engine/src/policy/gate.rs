@@ -11,23 +11,20 @@
 //! rounds that open many answers do not decide and a useless drafter's
 //! probe costs about that budget. Outside a request it floors when the
 //! average falls below 1 (a round below 0.5 at once). Floored, it runs
-//! plain decoding for a backoff (32 steps, doubling to 1024 while probes
-//! keep failing; where probes are cheap, each new request starts it over),
-//! then re-probes. Where one losing round costs more than
-//! the request's budget (a CPU: a round is 4-13 plain steps), the backoff
-//! is also never shorter than what keeps a failed probe's loss to
-//! `probe_budget` of the plain steps around it. Warm-up rounds (unjudged)
-//! run on the first entry per calibration only: later probes find caches
-//! and kernels warm. A new request (new text, so perhaps another regime) is
-//! judged on its own rounds, and ends a backoff early when one losing round
-//! costs at most `probe_budget` of its max_tokens (on a GPU, where a round
-//! costs ~2-3 plain steps, each answer is probed; on a CPU only long ones).
-//! Where a round is dear (a probe costs more than that budget: a CPU), a
-//! probe is first a shadow: one draft, compared with the plain tokens
-//! that follow, which says exactly what a round there would have
-//! committed, for the draft's cost alone; only a shadow that would have
-//! paid starts real rounds. Shadows spend a credit of `probe_budget` of
-//! the tokens committed (docs/dflash.md, "Shadow probes"). Calibration
+//! plain decoding for a backoff (16 steps, doubling to 1024 while probes
+//! keep failing; each new request starts it over), then re-probes. Where
+//! one losing round costs more than the request's budget (a CPU: a round
+//! is 4-13 plain steps), the backoff is also never shorter than what keeps
+//! a failed probe's loss to `probe_budget` of the plain steps around it.
+//! Warm-up rounds (unjudged) run on the first entry per calibration only:
+//! later probes find caches and kernels warm. A new request (new text, so
+//! perhaps another regime) is judged on its own rounds, and ends a backoff
+//! early. Once a round's cost is known, a probe is first a shadow: one
+//! draft, compared with the plain tokens that follow, which says exactly
+//! what a round there would have committed, for the draft's cost alone;
+//! only a shadow that would have paid starts real rounds. Shadows spend a
+//! credit of `probe_budget` of the tokens committed (docs/dflash.md,
+//! "Shadow probes", "Backoffs, answer by answer"). Calibration
 //! is kept per thermal state: a state change switches to (or starts) that
 //! state's calibration. Measured throughput decides; the thermal state only
 //! says when old measurements stop holding. Forced DFlash rounds are only
@@ -67,7 +64,7 @@ pub struct GateConfig {
     /// rounds must not decide, yet a run of losing rounds soon does.
     pub gain_decay: f64,
     /// Probe with a shadow (one draft, compared with the plain steps that
-    /// follow) where a real round is dear; off, every probe is real rounds.
+    /// follow) once a round's cost is known; off, every probe is real rounds.
     pub shadow_probes: bool,
 }
 
@@ -78,7 +75,7 @@ impl Default for GateConfig {
             warmup_rounds: 1,
             judge_after: 2,
             floor_at_once_below: 0.5,
-            first_backoff: 32,
+            first_backoff: 16,
             max_backoff: 1024,
             probe_budget: 0.03,
             keep_above: 1.0,
@@ -200,12 +197,17 @@ impl Gate {
     /// A request of up to `max_tokens` tokens starts. Its text is new, so
     /// its rounds are judged on their own: the gain earlier answers banked
     /// does not carry over (it let a losing answer speculate for 16 rounds
-    /// after a winning one, docs/acceptance.md). A backoff ends early when
-    /// a probe is cheap against the request: one losing round (a round's
-    /// time in plain steps, less the one token it commits) costs at most
-    /// `probe_budget` of it, so the in-request rule floors a failing probe
-    /// after about that budget. Before any round was timed, the last failed
-    /// probe's loss stands in for that cost.
+    /// after a winning one, docs/acceptance.md). Where a probe is cheap
+    /// against the request (one losing round, its time in plain steps less
+    /// the one token it commits, costs at most `probe_budget` of it, so the
+    /// in-request rule floors a failing probe after about that budget;
+    /// before any round was timed, the last failed probe's loss stands in
+    /// for that cost), its backoff starts over: doubled by earlier answers'
+    /// failed probes, it kept an answer whose first rounds lost from being
+    /// probed again before its long runs (docs/dflash.md, "Backoffs, answer
+    /// by answer"). A floored gate probes the new text at once: with a
+    /// shadow once a round's cost is known (when the credit allows), else,
+    /// where a probe is cheap, with real rounds.
     pub fn begin_request(&mut self, max_tokens: usize) {
         self.affordable_loss = self.config.probe_budget * max_tokens as f64;
         self.shadow_failures = 0;
@@ -213,23 +215,19 @@ impl Gate {
         self.request_gain = 0.0;
         let cheap = self.probe_is_cheap();
         if cheap {
-            // New text starts its backoff over: doubled by earlier answers'
-            // failed probes, it kept an answer whose first rounds lost from
-            // being probed again before its long runs (docs/dflash.md,
-            // "Backoffs, answer by answer").
             self.backoff = self.config.first_backoff;
         }
         if self.state == GateState::Floored {
-            if cheap {
+            if self.shadows_apply() {
+                self.shadow_due = self.shadow_affordable();
+            } else if cheap {
                 self.enter_speculation();
-            } else if self.shadows_apply() && self.shadow_affordable() {
-                self.shadow_due = true;
             }
         }
     }
 
     /// A probe would be a shadow: shadows are on and a round's cost is
-    /// known to judge one by (callers ask where a real probe is dear).
+    /// known to judge one by.
     fn shadows_apply(&self) -> bool {
         self.config.shadow_probes && self.round_steps.is_some()
     }
@@ -369,9 +367,9 @@ impl Gate {
             GateState::Floored if !self.shadow_due => {
                 self.floored_left = self.floored_left.saturating_sub(1);
                 if self.floored_left == 0 {
-                    // A dear probe goes first as a shadow, when the credit
-                    // covers it (else another first backoff's wait).
-                    if self.probe_is_cheap() || !self.shadows_apply() {
+                    // A probe goes first as a shadow, when the credit covers
+                    // it (else another first backoff's wait).
+                    if !self.shadows_apply() {
                         self.enter_speculation();
                     } else if self.shadow_affordable() {
                         self.shadow_due = true;

@@ -53,9 +53,21 @@ fn shadow_compare(gate: &Gate, drafts: usize) -> usize {
 }
 
 fn gate() -> Gate {
-    let mut g = Gate::new(GateConfig::default());
+    gate_with(GateConfig::default())
+}
+
+fn gate_with(config: GateConfig) -> Gate {
+    let mut g = Gate::new(config);
     g.set_thermal(ThermalState::Nominal);
     g
+}
+
+/// Every probe real rounds (the rules shadows stand in front of).
+fn real_probes() -> GateConfig {
+    GateConfig {
+        shadow_probes: false,
+        ..GateConfig::default()
+    }
 }
 
 #[test]
@@ -83,7 +95,7 @@ fn a_new_request_reprobes_when_a_probe_is_cheap_against_it() {
         round_ms: 30.0,
         committed: 1,
     };
-    let mut g = gate();
+    let mut g = gate_with(real_probes());
     let trace = drive(&mut g, &losing, 6);
     assert_eq!(trace, "aaaadd", "warm-up round, then the judged one");
     assert_eq!(g.state(), GateState::Floored);
@@ -94,6 +106,15 @@ fn a_new_request_reprobes_when_a_probe_is_cheap_against_it() {
     g.begin_request(100);
     assert_eq!(g.state(), GateState::Speculating);
     assert_eq!(g.plan(), Plan::Dflash);
+    // With shadows, a round's cost known, every new request is probed at
+    // once, however short, and by a shadow even where real rounds would be
+    // cheap: a shadow costs one draft, a failing probe a few rounds.
+    for tokens in [50, 100] {
+        let mut g = gate();
+        drive(&mut g, &losing, 6);
+        g.begin_request(tokens);
+        assert_eq!(g.plan(), Plan::Shadow, "{tokens} tokens");
+    }
 }
 
 #[test]
@@ -309,8 +330,12 @@ fn after_a_failed_probe_a_new_request_is_probed_where_a_round_is_cheap() {
     // rounds of 1.5 steps), yet one losing round costs only 1.5 steps:
     // each new answer gets its probe (GPU-like). Where a round costs 13
     // steps (CPU-like), only an answer long enough to afford one does.
+    // (With shadows on, each is probed by a shadow instead: the test above.)
     for (round_ms, reprobes_at_96, reprobes_at_500) in [(25.0, true, true), (130.0, false, true)] {
-        let mut g = probing(96, 1, round_ms);
+        let mut g = gate_with(real_probes());
+        g.begin_request(96);
+        calibrate(&mut g, 10.0);
+        g.observe_round(1, round_ms);
         judged_until_floored(&mut g, 1, round_ms);
         assert_eq!(g.state(), GateState::Floored);
         assert!(
@@ -345,7 +370,8 @@ fn a_steady_mild_loser_floors_within_a_long_request() {
 #[test]
 fn where_rounds_are_cheap_an_answer_is_probed_again_after_the_doubling_backoff() {
     // GPU-like (a round 2.5 steps): a failed probe is followed by the
-    // 32-step backoff, then a second probe of the same long answer.
+    // 16-step backoff, then a second probe (a shadow) of the same long
+    // answer.
     // CPU-like (16 steps, one losing round 15 > 3% of 400 tokens): the
     // backoff also keeps the probe's loss to 3% of the plain steps, so the
     // answer is not probed again within 200 tokens.
@@ -367,38 +393,35 @@ fn where_rounds_are_cheap_an_answer_is_probed_again_after_the_doubling_backoff()
             "{round_ms} ms rounds: {plain} plain steps"
         );
         if probes_again {
-            assert_eq!(plain, 32);
+            assert_eq!(plain, 16);
+            assert_eq!(g.plan(), Plan::Shadow);
         }
     }
 }
 
 #[test]
-fn each_new_answer_starts_its_backoff_over_where_probes_are_cheap() {
-    // GPU-like rounds (2.5 steps). Two answers' probes fail twice each,
-    // doubling the backoff to 128; a third answer whose first rounds lose
-    // must still be probed again 32 steps later (its long runs often come
-    // after), not 128.
-    let mut g = probing(400, 1, 25.0);
-    for _ in 0..2 {
-        for _ in 0..2 {
-            judged_until_floored(&mut g, 1, 25.0);
-            plain_until_probed(&mut g);
-        }
-        g.begin_request(400);
-    }
-    judged_until_floored(&mut g, 1, 25.0);
-    assert_eq!(plain_until_probed(&mut g), 32);
-}
-
-/// Plain steps of 10 ms until the gate probes again.
-fn plain_until_probed(g: &mut Gate) -> usize {
-    let mut plain = 0;
-    while let Plan::Plain(_) = g.plan() {
-        g.observe_ar(10.0);
-        plain += 1;
-        assert!(plain < 5000, "never probed again");
-    }
-    plain
+fn each_new_answer_is_probed_on_the_first_answers_schedule_where_probes_are_cheap() {
+    // GPU-like rounds (2.5 steps, 1 token each: every probe fails). Each
+    // answer's shadows fail and double its backoff; the next answer must
+    // start over (an answer whose first rounds lose often has long runs
+    // later), so every answer after the first (which also calibrated and
+    // ran the real first probe) is probed on the same schedule.
+    let losing = Machine {
+        ar_ms: 10.0,
+        round_ms: 25.0,
+        committed: 1,
+    };
+    let mut g = gate();
+    g.begin_request(400);
+    drive(&mut g, &losing, 400);
+    let answers: Vec<String> = (0..3)
+        .map(|_| {
+            g.begin_request(400);
+            drive(&mut g, &losing, 400)
+        })
+        .collect();
+    assert!(answers[0].matches('s').count() >= 3, "{}", answers[0]);
+    assert!(answers.iter().all(|a| a == &answers[0]), "{answers:?}");
 }
 
 const CPU_ROUNDS: &str = include_str!("recorded_rounds_cpu.json");
@@ -564,8 +587,9 @@ fn auto_keeps_dflash_where_it_pays_on_recorded_h200_rounds() {
     // that accepts ~2 a round takes most of the time), ~2.2x on code and
     // ~0.9x on prose here (4 prompts each, pooled). Auto must keep DFlash
     // on for the first two: at least 80% of forced's speed (it keeps 85%
-    // on code: its probes floor the answers whose first rounds lose until
-    // a backoff has passed; replayed on a later run's rounds with their
+    // on code, 94% since probes are shadows and the first backoff 16
+    // steps: its probes floor the answers whose first rounds lose until a
+    // backoff has passed; replayed on a later run's rounds with their
     // whole time, 98%: docs/acceptance.md, "The gate, live"), and on prose
     // be at least plain decoding's 97%.
     let speeds: Vec<(&str, f64, f64)> = ["deterministic", "code", "prose"]
@@ -594,16 +618,16 @@ fn auto_keeps_dflash_where_it_pays_on_recorded_h200_rounds() {
 #[test]
 fn auto_keeps_dflash_where_it_pays_on_recorded_h100_rounds() {
     // Rounds of the embedded pair on one H100 (2026-12-06, eight prompts a
-    // regime, the drafter's maps stacked): the committed
-    // two-layer drafter, and a three-layer one whose answers open with more
-    // losing rounds before their long runs (forced ~1.5x plain decoding
-    // on code in both, pooled with each round's whole time). With the
-    // backoff carried from answer to answer, auto kept only 80% of forced
-    // on the three-layer drafter's code (1.24x against 1.55x): answers
-    // that lost their first rounds were not probed again. Each answer now
-    // starts its backoff over: auto keeps 90% of forced on code, beats
-    // forced on repetitive text (it skips the answers that lose), and
-    // stays at 97% of plain decoding on prose.
+    // regime, the drafter's maps stacked): the committed two-layer drafter,
+    // and a three-layer one whose answers open with more losing rounds
+    // before their long runs (forced ~1.5x plain decoding on code in both,
+    // pooled with each round's whole time). With the backoff carried from
+    // answer to answer and real probes, auto kept 97% and 80% of forced on
+    // their code (1.47x and 1.24x against 1.52x and 1.55x): answers that
+    // lost their first rounds were not probed again. Each answer now starts
+    // its backoff over, at 16 steps, and probes are shadows: auto beats
+    // forced on code and on repetitive text (it skips the stretches that
+    // lose) and stays at 97% of plain decoding on prose.
     for (name, json) in [("committed", H100_ROUNDS), ("three layers", H100_L3_ROUNDS)] {
         let speed = |regime| {
             let (forced, auto) = (
@@ -619,7 +643,7 @@ fn auto_keeps_dflash_where_it_pays_on_recorded_h100_rounds() {
             "{name}: not the recording described: {forced:.3}"
         );
         assert!(
-            auto >= 0.9 * forced,
+            auto >= forced,
             "{name}, code: auto {auto:.3}x, forced {forced:.3}x"
         );
         let (forced, auto) = speed("deterministic");
@@ -630,4 +654,26 @@ fn auto_keeps_dflash_where_it_pays_on_recorded_h100_rounds() {
         let (_, auto) = speed("prose");
         assert!(auto >= 0.97, "{name}, prose: auto {auto:.3}x plain");
     }
+}
+
+#[test]
+fn where_every_probe_loses_on_a_gpu_auto_stays_near_plain_decoding() {
+    // GPU-like costs, no recording: every round commits 1 or 2 tokens in
+    // 2.5 plain steps (forced 0.6x), each answer 96 tokens. Real probes
+    // cost a few losing rounds each (one an answer: 0.963x; two, with the
+    // backoff started over: 0.932x); shadows cost a draft and are held to
+    // 3% of the tokens by their credit.
+    let rounds: Vec<String> = (0..60)
+        .map(|i| format!("[{}, 1.5, 0.5]", 1 + i % 2))
+        .collect();
+    let prompt = format!("[{}]", rounds.join(", "));
+    let json = format!(
+        r#"{{"request_tokens": 96, "regimes": {{"losing": {{"ar_ms": 0.6, "prompts": [{prompt}]}}}}}}"#
+    );
+    let (forced, auto) = (
+        forced_recorded(&json, "losing"),
+        replay_recorded(&json, "losing", 2000),
+    );
+    assert!((forced - 0.6).abs() < 1e-9, "{forced}");
+    assert!(auto >= 0.97, "auto {auto:.3}x plain decoding");
 }
