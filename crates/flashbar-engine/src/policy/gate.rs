@@ -12,10 +12,11 @@
 //! probe costs about that budget. Outside a request it floors when the
 //! average falls below 1 (a round below 0.5 at once). Floored, it runs
 //! plain decoding for a backoff (16 steps, doubling to 1024 while probes
-//! keep failing; each new request starts it over), then re-probes. Where
-//! one losing round costs more than the request's budget (a CPU: a round
-//! is 4-13 plain steps), the backoff is also never shorter than what keeps
-//! a failed probe's loss to `probe_budget` of the plain steps around it.
+//! keep failing; where probes are cheap, each new request starts it over),
+//! then re-probes. Where one losing round costs more than the request's
+//! budget (a CPU: a round is 4-13 plain steps), the backoff is also never
+//! shorter than what keeps a failed probe's loss to `probe_budget` of the
+//! plain steps around it.
 //! Warm-up rounds (unjudged) run on the first entry per calibration only:
 //! later probes find caches and kernels warm. A new request (new text, so
 //! perhaps another regime) is judged on its own rounds, and ends a backoff
