@@ -16,15 +16,16 @@
 //! then re-probes. Where one losing round costs more than the request's
 //! budget (a CPU: a round is 4-13 plain steps), the backoff is also never
 //! shorter than what keeps a failed probe's loss to `probe_budget` of the
-//! plain steps around it.
-//! Warm-up rounds (unjudged) run on the first entry per calibration only:
-//! later probes find caches and kernels warm. A new request (new text, so
-//! perhaps another regime) is judged on its own rounds, and ends a backoff
-//! early. Once a round's cost is known, a probe is first a shadow: one
-//! draft, compared with the plain tokens that follow, which says exactly
-//! what a round there would have committed, for the draft's cost alone;
-//! only a shadow that would have paid starts real rounds. Shadows spend a
-//! credit of `probe_budget` of the tokens committed (docs/dflash.md,
+//! plain steps around it. Warm-up rounds (unjudged) run on the first entry
+//! per calibration only: later probes find caches and kernels warm. A new
+//! request (new text, so perhaps another regime) is judged on its own
+//! rounds, and probed at its start where the shadow credit allows. Once a
+//! round's cost is known, a probe is first a shadow: one draft, compared
+//! with the plain tokens that follow, which says exactly what a round there
+//! would have committed, for the draft's cost alone; only a shadow that
+//! would have paid starts real rounds. Shadows spend a credit of
+//! `probe_budget` of the tokens committed, and a failed one's backoff keeps
+//! its draft to `probe_budget` of the plain steps around it (docs/dflash.md,
 //! "Shadow probes", "Backoffs, answer by answer"). Calibration
 //! is kept per thermal state: a state change switches to (or starts) that
 //! state's calibration. Measured throughput decides; the thermal state only
@@ -201,14 +202,14 @@ impl Gate {
     /// after a winning one, docs/acceptance.md). Where a probe is cheap
     /// against the request (one losing round, its time in plain steps less
     /// the one token it commits, costs at most `probe_budget` of it, so the
-    /// in-request rule floors a failing probe after about that budget;
-    /// before any round was timed, the last failed probe's loss stands in
-    /// for that cost), its backoff starts over: doubled by earlier answers'
-    /// failed probes, it kept an answer whose first rounds lost from being
-    /// probed again before its long runs (docs/dflash.md, "Backoffs, answer
-    /// by answer"). A floored gate probes the new text at once: with a
-    /// shadow once a round's cost is known (when the credit allows), else,
-    /// where a probe is cheap, with real rounds.
+    /// in-request rule floors a failing probe after about that budget), its
+    /// backoff starts over: doubled by earlier answers' failed probes, it
+    /// kept an answer whose first rounds lost from being probed again
+    /// before its long runs (docs/dflash.md, "Backoffs, answer by answer").
+    /// A floored gate probes the new text at once: once a round's cost is
+    /// known, with a shadow (where the credit is spent, after a first
+    /// backoff if the probe is cheap, else when the old backoff ends);
+    /// before that, where a probe is cheap, with real rounds.
     pub fn begin_request(&mut self, max_tokens: usize) {
         self.affordable_loss = self.config.probe_budget * max_tokens as f64;
         self.shadow_failures = 0;
@@ -221,6 +222,12 @@ impl Gate {
         if self.state == GateState::Floored {
             if self.shadows_apply() {
                 self.shadow_due = self.shadow_affordable();
+                if !self.shadow_due && cheap {
+                    // The credit is spent (short answers, each opened by a
+                    // shadow): this answer waits a first backoff for it,
+                    // not what earlier answers' backoffs left.
+                    self.floored_left = self.floored_left.min(self.backoff);
+                }
             } else if cheap {
                 self.enter_speculation();
             }
@@ -445,8 +452,9 @@ impl Gate {
         };
         if failing {
             self.failed_probe_loss = self.probe_loss.max(0.0);
-            // Where probes are cheap, the next request probes anyway and the
-            // rules above bound each probe, so the doubling backoff alone
+            // Where probes are cheap, the next request is probed at its
+            // start (a first backoff later where the shadow credit is spent)
+            // and the rules above bound each probe, so the doubling backoff alone
             // decides when this answer is probed again (its long runs often
             // come after losing first rounds). Where a round is dear, the
             // backoff also keeps the probes' share of the time to the budget.

@@ -87,7 +87,7 @@ fn calibrates_then_speculates_while_it_pays() {
 }
 
 #[test]
-fn a_new_request_reprobes_when_a_probe_is_cheap_against_it() {
+fn a_new_request_is_probed_by_real_rounds_where_cheap_and_by_a_shadow_once_a_round_is_timed() {
     // One losing round: 1 token in 30 ms vs 10 ms plain steps floors
     // at once (ratio 0.33) and lost 2 plain steps' worth.
     let losing = Machine {
@@ -325,7 +325,7 @@ fn a_new_request_is_judged_on_its_own_rounds() {
 }
 
 #[test]
-fn after_a_failed_probe_a_new_request_is_probed_where_a_round_is_cheap() {
+fn without_shadows_after_a_failed_probe_a_new_request_is_probed_where_a_round_is_cheap() {
     // A failed probe lost more than 3% of a 96-token request (three
     // rounds of 1.5 steps), yet one losing round costs only 1.5 steps:
     // each new answer gets its probe (GPU-like). Where a round costs 13
@@ -424,6 +424,28 @@ fn each_new_answer_is_probed_on_the_first_answers_schedule_where_probes_are_chea
     assert!(answers.iter().all(|a| a == &answers[0]), "{answers:?}");
 }
 
+#[test]
+fn a_new_request_with_the_shadow_credit_spent_waits_one_first_backoff() {
+    // GPU-like rounds (2.5 steps): the probe fails and floors. Say earlier
+    // answers' backoffs left 500 steps and short answers spent the credit
+    // on their opening shadows: a new answer, where a probe is cheap, must
+    // wait a first backoff for its shadow, not the 500 steps.
+    let mut g = probing(96, 1, 25.0);
+    judged_until_floored(&mut g, 1, 25.0);
+    g.floored_left = 500;
+    g.shadow_credit = -0.5;
+    g.begin_request(96);
+    assert_eq!(g.plan(), Plan::Plain(16));
+    // Where a probe is dear against the request (CPU-like, 16-step rounds
+    // at 96 tokens), the old backoff stands.
+    let mut g = probing(96, 1, 160.0);
+    judged_until_floored(&mut g, 1, 160.0);
+    g.floored_left = 500;
+    g.shadow_credit = -0.5;
+    g.begin_request(96);
+    assert_eq!(g.plan(), Plan::Plain(500));
+}
+
 const CPU_ROUNDS: &str = include_str!("recorded_rounds_cpu.json");
 const H200_ROUNDS: &str = include_str!("recorded_rounds_h200.json");
 const H100_ROUNDS: &str = include_str!("recorded_rounds_h100.json");
@@ -476,7 +498,10 @@ fn forced_recorded(json: &str, regime: &str) -> f64 {
 /// prompts answered in turn (each a request of the recorded length) by
 /// one gate, as one loaded pair answers a session, until `tokens`
 /// tokens. A DFlash round at answer position p costs what the recorded
-/// round covering p cost. Returns auto's speed over plain decoding's.
+/// round covering p cost and commits what is left of it (a lower bound:
+/// until 2026-12-06 it was credited the whole recorded round, which
+/// flattered auto by 10-20% on code). Returns auto's speed over plain
+/// decoding's.
 fn replay_recorded(json: &str, regime: &str, tokens: usize) -> f64 {
     replay_recorded_with(json, regime, tokens, GateConfig::default())
 }
@@ -499,6 +524,15 @@ fn replay_recorded_with(json: &str, regime: &str, tokens: usize, config: GateCon
                 Some(start)
             })
             .collect();
+        // A round starting inside a recorded one commits what is left of
+        // it (at least its one token): where it would have gone on past the
+        // recorded round's end is not known, so auto is not credited with it.
+        let at_position = |at: usize| {
+            let i = starts.partition_point(|&s| s <= at).saturating_sub(1);
+            let (committed, round_ms, draft_ms) = rounds[i];
+            let left = (starts[i] + committed).saturating_sub(at).max(1);
+            (left, round_ms, draft_ms)
+        };
         let mut at = 0;
         while at < r.request_tokens {
             match g.plan() {
@@ -508,8 +542,7 @@ fn replay_recorded_with(json: &str, regime: &str, tokens: usize, config: GateCon
                     ms += r.ar_ms;
                 }
                 Plan::Dflash => {
-                    let i = starts.partition_point(|&s| s <= at).saturating_sub(1);
-                    let (committed, round_ms, _) = rounds[i];
+                    let (committed, round_ms, _) = at_position(at);
                     g.observe_round(committed, round_ms);
                     at += committed;
                     ms += round_ms;
@@ -518,8 +551,7 @@ fn replay_recorded_with(json: &str, regime: &str, tokens: usize, config: GateCon
                     // The recorded round at this position says what a round
                     // would commit; the shadow pays its draft, then the plain
                     // steps it compares.
-                    let i = starts.partition_point(|&s| s <= at).saturating_sub(1);
-                    let (committed, _, draft_ms) = rounds[i];
+                    let (committed, _, draft_ms) = at_position(at);
                     let compare = shadow_compare(&g, 15).min(r.request_tokens - at);
                     ms += draft_ms + compare as f64 * r.ar_ms;
                     at += compare;
@@ -571,9 +603,11 @@ fn auto_keeps_dflash_where_it_pays_on_recorded_cpu_rounds() {
             "{regime}: not the recording described: {forced:.3}"
         );
     }
+    // (1.67x with each round credited its whole recorded run, 1.47x
+    // with what is left of it.)
     let (_, forced, auto) = speeds[0];
     assert!(
-        auto >= 1.5 && auto >= 1.5 * forced,
+        auto >= 1.4 && auto >= 1.5 * forced,
         "deterministic: auto {auto:.3}x, forced {forced:.3}x"
     );
 }
@@ -586,11 +620,10 @@ fn auto_keeps_dflash_where_it_pays_on_recorded_h200_rounds() {
     // forced DFlash is ~3x plain decoding on repetitive text (one prompt
     // that accepts ~2 a round takes most of the time), ~2.2x on code and
     // ~0.9x on prose here (4 prompts each, pooled). Auto must keep DFlash
-    // on for the first two: at least 80% of forced's speed (it keeps 85%
-    // on code, 94% since probes are shadows and the first backoff 16
+    // on for the first two: at least 80% of forced's speed (it keeps 80%
+    // on code, 86% since probes are shadows and the first backoff 16
     // steps: its probes floor the answers whose first rounds lose until a
-    // backoff has passed; replayed on a later run's rounds with their
-    // whole time, 98%: docs/acceptance.md, "The gate, live"), and on prose
+    // backoff has passed), and on prose
     // be at least plain decoding's 97%.
     let speeds: Vec<(&str, f64, f64)> = ["deterministic", "code", "prose"]
         .into_iter()
@@ -622,12 +655,12 @@ fn auto_keeps_dflash_where_it_pays_on_recorded_h100_rounds() {
     // and a three-layer one whose answers open with more losing rounds
     // before their long runs (forced ~1.5x plain decoding on code in both,
     // pooled with each round's whole time). With the backoff carried from
-    // answer to answer and real probes, auto kept 97% and 80% of forced on
-    // their code (1.47x and 1.24x against 1.52x and 1.55x): answers that
-    // lost their first rounds were not probed again. Each answer now starts
-    // its backoff over, at 16 steps, and probes are shadows: auto beats
-    // forced on code and on repetitive text (it skips the stretches that
-    // lose) and stays at 97% of plain decoding on prose.
+    // answer to answer and real probes, auto kept 78% of forced on code
+    // (1.18x and 1.21x against 1.52x and 1.55x): answers that lost their
+    // first rounds were not probed again. Each answer now starts its
+    // backoff over, at 16 steps, and probes are shadows: auto keeps 89-92%
+    // of forced on code (1.39x), beats forced on repetitive text (it skips
+    // the stretches that lose) and stays at 97% of plain decoding on prose.
     for (name, json) in [("committed", H100_ROUNDS), ("three layers", H100_L3_ROUNDS)] {
         let speed = |regime| {
             let (forced, auto) = (
@@ -643,7 +676,7 @@ fn auto_keeps_dflash_where_it_pays_on_recorded_h100_rounds() {
             "{name}: not the recording described: {forced:.3}"
         );
         assert!(
-            auto >= forced,
+            auto >= 0.85 * forced,
             "{name}, code: auto {auto:.3}x, forced {forced:.3}x"
         );
         let (forced, auto) = speed("deterministic");
