@@ -430,20 +430,16 @@ fn a_new_request_with_the_shadow_credit_spent_waits_one_first_backoff() {
     // answers' backoffs left 500 steps and short answers spent the credit
     // on their opening shadows: a new answer, where a probe is cheap, must
     // wait a first backoff for its shadow, not the 500 steps.
-    let mut g = probing(96, 1, 25.0);
-    judged_until_floored(&mut g, 1, 25.0);
-    g.floored_left = 500;
-    g.shadow_credit = -0.5;
-    g.begin_request(96);
-    assert_eq!(g.plan(), Plan::Plain(16));
     // Where a probe is dear against the request (CPU-like, 16-step rounds
     // at 96 tokens), the old backoff stands.
-    let mut g = probing(96, 1, 160.0);
-    judged_until_floored(&mut g, 1, 160.0);
-    g.floored_left = 500;
-    g.shadow_credit = -0.5;
-    g.begin_request(96);
-    assert_eq!(g.plan(), Plan::Plain(500));
+    for (round_ms, waits) in [(25.0, 16), (160.0, 500)] {
+        let mut g = probing(96, 1, round_ms);
+        judged_until_floored(&mut g, 1, round_ms);
+        g.floored_left = 500;
+        g.shadow_credit = -0.5;
+        g.begin_request(96);
+        assert_eq!(g.plan(), Plan::Plain(waits), "{round_ms} ms rounds");
+    }
 }
 
 const CPU_ROUNDS: &str = include_str!("recorded_rounds_cpu.json");
