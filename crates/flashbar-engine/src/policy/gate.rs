@@ -495,3 +495,7 @@ impl Gate {
 #[cfg(test)]
 #[path = "gate_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "gate_replay_tests.rs"]
+mod replay_tests;
