@@ -127,6 +127,20 @@ fn replay_recorded_with(json: &str, regime: &str, tokens: usize, config: GateCon
     (done as f64 * r.ar_ms) / ms
 }
 
+/// Per regime of a recording: (regime, forced DFlash, auto), each over
+/// plain decoding (printed, for the test's log).
+fn speeds(json: &str) -> Vec<(&'static str, f64, f64)> {
+    ["deterministic", "code", "prose"]
+        .into_iter()
+        .map(|regime| {
+            let forced = forced_recorded(json, regime);
+            let auto = replay_recorded(json, regime, 2000);
+            eprintln!("{regime}: forced {forced:.3}x, auto {auto:.3}x plain");
+            (regime, forced, auto)
+        })
+        .collect()
+}
+
 #[test]
 fn auto_keeps_dflash_where_it_pays_on_recorded_cpu_rounds() {
     // Rounds of the embedded pair on the CPU here (host kernels, caches and
@@ -140,23 +154,14 @@ fn auto_keeps_dflash_where_it_pays_on_recorded_cpu_rounds() {
     // ~0.35x on prose. Auto must keep DFlash where it pays, so beat forced
     // and plain on repetitive text by a margin (each answer is judged
     // alone), and stay at 97% of plain decoding everywhere.
-    let speeds: Vec<(&str, f64, f64)> = ["deterministic", "code", "prose"]
-        .into_iter()
-        .map(|regime| {
-            let forced = forced_recorded(CPU_ROUNDS, regime);
-            let auto = replay_recorded(CPU_ROUNDS, regime, 2000);
-            let real_probes = GateConfig {
-                shadow_probes: false,
-                ..GateConfig::default()
-            };
-            let without = replay_recorded_with(CPU_ROUNDS, regime, 2000, real_probes);
-            eprintln!(
-                "{regime}: forced {forced:.3}x, auto {auto:.3}x plain ({without:.3}x without shadows)"
-            );
-            (regime, forced, auto)
-        })
-        .collect();
+    let speeds = speeds(CPU_ROUNDS);
     for (regime, forced, auto) in &speeds {
+        let real_probes = GateConfig {
+            shadow_probes: false,
+            ..GateConfig::default()
+        };
+        let without = replay_recorded_with(CPU_ROUNDS, regime, 2000, real_probes);
+        eprintln!("{regime}: auto {without:.3}x plain without shadows");
         assert!(*auto >= 0.97, "{regime}: auto at {auto:.3}x plain decoding");
         assert!(
             *forced < 1.0,
@@ -183,17 +188,8 @@ fn auto_keeps_dflash_where_it_pays_on_recorded_h200_rounds() {
     // on for the first two: at least 80% of forced's speed (it keeps 80%
     // on code, 86% since probes are shadows and the first backoff 16
     // steps: its probes floor the answers whose first rounds lose until a
-    // backoff has passed), and on prose
-    // be at least plain decoding's 97%.
-    let speeds: Vec<(&str, f64, f64)> = ["deterministic", "code", "prose"]
-        .into_iter()
-        .map(|regime| {
-            let forced = forced_recorded(H200_ROUNDS, regime);
-            let auto = replay_recorded(H200_ROUNDS, regime, 2000);
-            eprintln!("{regime}: forced {forced:.3}x, auto {auto:.3}x plain");
-            (regime, forced, auto)
-        })
-        .collect();
+    // backoff has passed), and on prose be at least plain decoding's 97%.
+    let speeds = speeds(H200_ROUNDS);
     for ((regime, forced, auto), forced_at_least) in speeds.iter().copied().zip([2.5, 2.0]) {
         assert!(
             forced > forced_at_least,
@@ -222,30 +218,23 @@ fn auto_keeps_dflash_where_it_pays_on_recorded_h100_rounds() {
     // of forced on code (1.39x), beats forced on repetitive text (it skips
     // the stretches that lose) and stays at 97% of plain decoding on prose.
     for (name, json) in [("committed", H100_ROUNDS), ("three layers", H100_L3_ROUNDS)] {
-        let speed = |regime| {
-            let (forced, auto) = (
-                forced_recorded(json, regime),
-                replay_recorded(json, regime, 2000),
-            );
-            eprintln!("{name}, {regime}: forced {forced:.3}x, auto {auto:.3}x plain");
-            (forced, auto)
+        eprintln!("{name}:");
+        let [(_, det_forced, det), (_, code_forced, code), (_, _, prose)] = speeds(json)[..] else {
+            unreachable!("three regimes")
         };
-        let (forced, auto) = speed("code");
         assert!(
-            forced > 1.4,
-            "{name}: not the recording described: {forced:.3}"
+            code_forced > 1.4,
+            "{name}: not the recording described: {code_forced:.3}"
         );
         assert!(
-            auto >= 0.85 * forced,
-            "{name}, code: auto {auto:.3}x, forced {forced:.3}x"
+            code >= 0.85 * code_forced,
+            "{name}, code: auto {code:.3}x, forced {code_forced:.3}x"
         );
-        let (forced, auto) = speed("deterministic");
         assert!(
-            auto >= forced,
-            "{name}, deterministic: auto {auto:.3}x, forced {forced:.3}x"
+            det >= det_forced,
+            "{name}, deterministic: auto {det:.3}x, forced {det_forced:.3}x"
         );
-        let (_, auto) = speed("prose");
-        assert!(auto >= 0.97, "{name}, prose: auto {auto:.3}x plain");
+        assert!(prose >= 0.97, "{name}, prose: auto {prose:.3}x plain");
     }
 }
 
