@@ -217,17 +217,14 @@ impl Gate {
         self.request_gain = 0.0;
         let cheap = self.probe_is_cheap();
         if cheap {
+            // What earlier answers' backoffs left is not this answer's to
+            // wait (where the shadow credit is spent, it waits at most this).
             self.backoff = self.config.first_backoff;
+            self.floored_left = self.floored_left.min(self.backoff);
         }
         if self.state == GateState::Floored {
             if self.shadows_apply() {
                 self.shadow_due = self.shadow_affordable();
-                if !self.shadow_due && cheap {
-                    // The credit is spent (short answers, each opened by a
-                    // shadow): this answer waits a first backoff for it,
-                    // not what earlier answers' backoffs left.
-                    self.floored_left = self.floored_left.min(self.backoff);
-                }
             } else if cheap {
                 self.enter_speculation();
             }
