@@ -27,8 +27,9 @@
 //! `probe_budget` of the tokens committed, and a failed one's backoff keeps
 //! its draft to `probe_budget` of the plain steps around it (docs/dflash.md,
 //! "Shadow probes", "Backoffs, answer by answer"). Calibration
-//! is kept per thermal state: a state change switches to (or starts) that
-//! state's calibration. Measured throughput decides; the thermal state only
+//! (a plain step's time, a round's and a shadow's draft's cost in plain
+//! steps) is kept per thermal state: a state change switches to (or
+//! starts) that state's calibration. Measured throughput decides; the thermal state only
 //! says when old measurements stop holding. Forced DFlash rounds are only
 //! measured ([`Gate::realized`]), never judged: they must not leave the gate
 //! floored for the next "auto" request.
@@ -116,6 +117,13 @@ struct Calibration {
     steps_seen: usize,
     /// Speculation has run its warm-up rounds in this state.
     warmed: bool,
+    /// A judged round's time in plain steps (averaged): what one losing
+    /// round costs, and so what a new request's probe risks. A throttled
+    /// machine's rounds and steps slow by different factors, so each
+    /// thermal state learns its own.
+    round_steps: Option<f64>,
+    /// The last shadow probe's draft time in plain steps.
+    draft_steps: Option<f64>,
 }
 
 #[derive(Clone, Debug)]
@@ -146,11 +154,6 @@ pub struct Gate {
     /// `probe_budget` of the current request's max_tokens, in plain steps
     /// (0 outside a request).
     affordable_loss: f64,
-    /// A judged round's time in plain steps (averaged): what one losing
-    /// round costs, and so what a new request's probe risks.
-    round_steps: Option<f64>,
-    /// The last shadow probe's draft time in plain steps.
-    draft_steps: Option<f64>,
     /// Floored, a shadow probe is the next plan.
     shadow_due: bool,
     /// What shadow probes may still spend, in plain steps: `probe_budget`
@@ -188,8 +191,6 @@ impl Gate {
             recent_gain: 0.0,
             request_gain: 0.0,
             affordable_loss: 0.0,
-            round_steps: None,
-            draft_steps: None,
             shadow_due: false,
             shadow_credit: 0.0,
             shadow_failures: 0,
@@ -234,7 +235,7 @@ impl Gate {
     /// A probe would be a shadow: shadows are on and a round's cost is
     /// known to judge one by.
     fn shadows_apply(&self) -> bool {
-        self.config.shadow_probes && self.round_steps.is_some()
+        self.config.shadow_probes && self.round_steps().is_some()
     }
 
     /// The shadow credit is not spent: it keeps shadows to `probe_budget`
@@ -243,9 +244,13 @@ impl Gate {
     /// twice a steady one here). Within a request, after failed shadows, a
     /// shadow waits for credit for as many drafts as failed (text that
     /// keeps failing is probed less often); a new request is new text.
+    /// The wait never asks for more than the credit can hold: where a draft
+    /// costs over a fourth of it, the fourth failed shadow would otherwise
+    /// end the answer's probes.
     fn shadow_affordable(&self) -> bool {
         let wait = self.shadow_failures.min(MAX_SHADOW_WAIT) as f64;
-        self.shadow_credit >= wait * self.draft_steps.unwrap_or(0.0)
+        let needed = wait * self.draft_steps().unwrap_or(0.0);
+        self.shadow_credit >= needed.min(MAX_SHADOW_CREDIT)
     }
 
     /// `committed` tokens were committed: shadow credit for each.
@@ -258,7 +263,7 @@ impl Gate {
     /// steps, times `keep_above`): a shadow probe that matched one less in
     /// drafts has shown what it needs to. None before a round was timed.
     pub fn shadow_break_even(&self) -> Option<usize> {
-        self.round_steps
+        self.round_steps()
             .map(|steps| (steps * self.config.keep_above).ceil().max(1.0) as usize)
     }
 
@@ -273,7 +278,7 @@ impl Gate {
         if let Some(ar) = self.ar_step_ms() {
             let steps = draft_ms / ar.max(1e-9);
             self.shadow_credit -= steps;
-            self.draft_steps = Some(steps);
+            self.calibration().draft_steps = Some(steps);
         }
         if self
             .shadow_break_even()
@@ -284,7 +289,8 @@ impl Gate {
             return;
         }
         self.shadow_failures += 1;
-        let budgeted = (self.draft_steps.unwrap_or(0.0) / self.config.probe_budget).ceil() as usize;
+        let budgeted =
+            (self.draft_steps().unwrap_or(0.0) / self.config.probe_budget).ceil() as usize;
         let backoff = self.backoff.max(budgeted).min(self.config.max_backoff);
         self.state = GateState::Floored;
         self.floored_left = backoff;
@@ -292,13 +298,29 @@ impl Gate {
     }
 
     /// Within a request, one losing round (its time in plain steps less the
-    /// token it commits; before any round was timed, the last failed probe's
-    /// loss) costs at most the request's budget.
+    /// token it commits) costs at most the request's budget. Before a round
+    /// was timed in this thermal state no probe has failed in it either, so
+    /// the first is taken as cheap: the in-request rule bounds its loss.
     fn probe_is_cheap(&self) -> bool {
-        let cost = self
-            .round_steps
-            .map_or(self.failed_probe_loss, |steps| steps - 1.0);
+        let cost = self.round_steps().map_or(0.0, |steps| steps - 1.0);
         self.affordable_loss > 0.0 && cost <= self.affordable_loss
+    }
+
+    fn round_steps(&self) -> Option<f64> {
+        self.calibrations
+            .get(&self.thermal)
+            .and_then(|c| c.round_steps)
+    }
+
+    fn draft_steps(&self) -> Option<f64> {
+        self.calibrations
+            .get(&self.thermal)
+            .and_then(|c| c.draft_steps)
+    }
+
+    /// The current thermal state's calibration.
+    fn calibration(&mut self) -> &mut Calibration {
+        self.calibrations.entry(self.thermal).or_default()
     }
 
     pub fn state(&self) -> GateState {
@@ -414,7 +436,8 @@ impl Gate {
             GateState::Speculating => {
                 if let (Some(ratio), Some(ar)) = (ratio, self.ar_step_ms()) {
                     let steps = ms / ar.max(1e-9);
-                    self.round_steps = Some(match self.round_steps {
+                    let calibration = self.calibration();
+                    calibration.round_steps = Some(match calibration.round_steps {
                         Some(old) => 0.7 * old + 0.3 * steps,
                         None => steps,
                     });

@@ -440,3 +440,54 @@ fn a_new_request_with_the_shadow_credit_spent_waits_one_first_backoff() {
         assert_eq!(g.plan(), Plan::Plain(waits), "{round_ms} ms rounds");
     }
 }
+
+#[test]
+fn a_round_cost_learned_in_one_thermal_state_does_not_judge_another() {
+    // Nominal: rounds of 2.5 plain steps that commit 1 token floor the
+    // gate, and a new request is then probed by a shadow.
+    let losing = Machine {
+        ar_ms: 10.0,
+        round_ms: 25.0,
+        committed: 1,
+    };
+    let mut g = gate();
+    drive(&mut g, &losing, 8);
+    assert_eq!(g.state(), GateState::Floored);
+    assert_eq!(g.shadow_break_even(), Some(3));
+    // Hot: no round was timed in this state, so nothing says what one costs
+    // there: once calibrated, the first probe is real rounds, not a shadow
+    // judged by the cool machine's cost.
+    g.set_thermal(ThermalState::Serious);
+    assert_eq!(g.shadow_break_even(), None);
+    g.begin_request(400);
+    let hot = Machine {
+        ar_ms: 20.0,
+        round_ms: 120.0,
+        committed: 1,
+    };
+    let trace = drive(&mut g, &hot, 6);
+    assert!(trace.starts_with("aaaad"), "{trace}");
+    assert_eq!(g.shadow_break_even(), Some(6));
+    // Back to nominal: its own round cost judges its shadows again.
+    g.set_thermal(ThermalState::Nominal);
+    assert_eq!(g.shadow_break_even(), Some(3));
+}
+
+#[test]
+fn where_a_draft_is_dear_failed_shadows_still_wait_for_at_most_a_full_credit() {
+    // A draft costs 8 plain steps (a round 24): after three failed
+    // shadows the fourth would wait for 4 x 8 = 32 steps of credit, more
+    // than the credit can hold (20), and the answer would never be probed
+    // again. It waits for a full credit instead.
+    let losing = Machine {
+        ar_ms: 10.0,
+        round_ms: 240.0,
+        committed: 1,
+    };
+    let mut g = gate();
+    drive(&mut g, &losing, 8);
+    g.begin_request(20_000);
+    let trace = drive(&mut g, &losing, 8_000);
+    assert!(trace.matches('s').count() >= 5, "{trace}");
+    assert!(!trace.contains('d'), "{trace}");
+}
