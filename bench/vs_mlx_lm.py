@@ -35,6 +35,16 @@ SHAPES = {
                        num_key_value_heads=4, head_dim=256, linear_num_key_heads=16,
                        linear_key_head_dim=128, linear_num_value_heads=32,
                        linear_value_head_dim=128, intermediate_size=12288, vocab_size=248320),
+    # Qwen3.6-35B-A3B as its model card gives it: 256 experts, 8 a token,
+    # each (and the shared expert) 512 wide. mlx-lm quantizes its router and
+    # shared-expert gates at 8 bits, as its conversions of the model do.
+    "qwen3.6-35b-a3b": dict(hidden_size=2048, num_hidden_layers=40, num_attention_heads=16,
+                            num_key_value_heads=2, head_dim=256, linear_num_key_heads=16,
+                            linear_key_head_dim=128, linear_num_value_heads=32,
+                            linear_value_head_dim=128, intermediate_size=512,
+                            num_experts=256, num_experts_per_tok=8, moe_intermediate_size=512,
+                            shared_expert_intermediate_size=512, decoder_sparse_step=1,
+                            norm_topk_prob=True, vocab_size=248320),
 }
 
 
@@ -44,7 +54,8 @@ def write_checkpoint(path: Path, shape: dict, dtype: str = "bfloat16"):
     text = dict(make_fixtures.TEXT, **shape)
     text["full_attention_interval"] = 4
     text["max_position_embeddings"] = 32768
-    config = {"model_type": "qwen3_5", "text_config": text, "eos_token_id": 2}
+    model_type = "qwen3_5_moe" if "num_experts" in shape else "qwen3_5"
+    config = {"model_type": model_type, "text_config": text, "eos_token_id": 2}
     model_class, args_class = _get_classes(config)
     mx.random.seed(0)
     model = model_class(args_class.from_dict(config))
@@ -52,16 +63,29 @@ def write_checkpoint(path: Path, shape: dict, dtype: str = "bfloat16"):
     # would send every matmul to kernels that real checkpoints never meet.
     model.set_dtype(getattr(mx, dtype))
     model, qconfig = quantize_model(model, config, 64, 4)
+    # Layer by layer, so the f32 random weights of one layer at a time are
+    # in memory (the 35B-A3B's are 140 GB in all).
+    for layer in model.language_model.model.layers:
+        mx.eval(layer.parameters())
+    mx.eval(model.parameters())
     save_model(path, model)
     save_config(qconfig, path / "config.json")
     make_fixtures.write_tokenizer(path)
 
 
-def prompt_text(tokens: int) -> str:
+def prompt_text(tokens: int, tokenizer_dir: Path | None = None) -> str:
+    """Text of about `tokens` tokens (about 1.35x that many with the
+    fixture tokenizer); with `tokenizer_dir`, cut to `tokens` of that
+    tokenizer's tokens (decoded; one more or less once encoded again)."""
     base = " ".join(make_fixtures.CORPUS[:8])
     text = base
     while len(text) < tokens * 4:
         text += " " + base
+    if tokenizer_dir is not None:
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+        text = tokenizer.decode(tokenizer.encode(text, add_special_tokens=False).ids[:tokens])
     return text
 
 
@@ -113,13 +137,18 @@ def weight_bytes(path: Path) -> int:
 
 
 def bytes_read_per_token(path: Path) -> int:
-    """Every weight once, except the embedding table (one row per token)."""
-    embedding = 0
+    """Every weight once, except the embedding table (one row per token) and,
+    in a MoE, the experts a token does not meet (top-k of them)."""
+    text = json.loads((path / "config.json").read_text()).get("text_config", {})
+    active = text.get("num_experts_per_tok", 1) / text.get("num_experts", 1)
+    skipped = 0.0
     for f in path.glob("model*.safetensors"):
         for name, array in mx.load(str(f)).items():
             if "embed_tokens" in name:
-                embedding += array.nbytes
-    return weight_bytes(path) - embedding
+                skipped += array.nbytes
+            elif "switch_mlp" in name:
+                skipped += array.nbytes * (1.0 - active)
+    return int(weight_bytes(path) - skipped)
 
 
 def main():
@@ -128,6 +157,9 @@ def main():
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--flashbar", default="target/release/flashbar")
     parser.add_argument("--prompt-tokens", type=int, default=256)
+    parser.add_argument("--exact-prompt", action="store_true",
+                        help="cut the prompt to --prompt-tokens tokens (else ~1.35x that: 256 gave "
+                             "the 346-token prompt of the runs in docs/performance.md)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16",
@@ -146,7 +178,7 @@ def main():
         write_checkpoint(path, SHAPES[args.shape], args.dtype)
         print(f"wrote {path} in {time.time() - started:.0f} s", file=sys.stderr)
 
-    prompt = prompt_text(args.prompt_tokens)
+    prompt = prompt_text(args.prompt_tokens, path if args.exact_prompt else None)
     theirs = bench_mlx_lm(path, prompt, args.max_tokens, args.repeats, args.short_warmup)
     ours = bench_ours(args.flashbar, path, prompt, args.max_tokens, args.repeats)
     variants = []
