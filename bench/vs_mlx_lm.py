@@ -89,8 +89,26 @@ def prompt_text(tokens: int, tokenizer_dir: Path | None = None) -> str:
     return text
 
 
+def gather_qmm_without_global_scale():
+    """mlx-lm 0.32.2's MoE layers pass `global_scale` (None for affine
+    weights) to `mx.gather_qmm`, which MLX 0.32.2 (the CUDA pack's) does not
+    take: there, drop it when it is None."""
+    original = mx.gather_qmm
+    if "global_scale" in (original.__doc__ or ""):
+        return
+
+    def gather_qmm(*args, global_scale=None, **kwargs):
+        if global_scale is not None:
+            raise ValueError("this MLX's gather_qmm takes no global_scale")
+        return original(*args, **kwargs)
+
+    mx.gather_qmm = gather_qmm
+
+
 def bench_mlx_lm(path: Path, prompt: str, max_tokens: int, repeats: int, short_warmup=False):
     from mlx_lm import load, stream_generate
+
+    gather_qmm_without_global_scale()
 
     model, tokenizer = load(str(path))
     ids = tokenizer.encode(prompt, add_special_tokens=False)
