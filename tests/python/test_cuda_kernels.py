@@ -104,11 +104,19 @@ def variants():
                [("BITS", bits), ("HALF", half), ("NT", tiles), ("MT", row_tiles), ("GLU", glu),
                 ("RES", res), ("GATHER", gather)])
     attn = (KERNELS / "attn_rows.cu").read_text()
-    for dim, dt, causal in itertools.product((64, 256), (0, 1, 2), (0, 1)):
+    merge = (KERNELS / "attn_merge.cu").read_text()
+    # Head dims 32..256 (a lane's share of a key: 1, 2, 4 or 8 elements);
+    # the embedded target's 3 query heads a KV head, the 9B's 4, the
+    # 35B-A3B's 8, 16 (32 heads over 2).
+    for dim, dt, causal, group in itertools.product((32, 64, 128, 256), (0, 1, 2), (0, 1), (3, 4, 8, 16)):
         t = ("f32", "bf16", "f16")[dt]
-        yield (f"attn_rows D={dim} DT={dt} CAUSAL={causal}", attn,
-               [("q", t), ("k", t), ("v", t), ("scale", "f32")], [("out", t)],
-               [("D", dim), ("GROUP", 4), ("DT", dt), ("CAUSAL", causal)])
+        yield (f"attn_rows D={dim} DT={dt} CAUSAL={causal} GROUP={group}", attn,
+               [("q", t), ("k", t), ("v", t), ("scale", "f32")], [("part", "f32"), ("stats", "f32")],
+               [("D", dim), ("GROUP", group), ("DT", dt), ("CAUSAL", causal)])
+    for dim, dt in itertools.product((32, 64, 128, 256), (0, 1, 2)):
+        t = ("f32", "bf16", "f16")[dt]
+        yield (f"attn_merge D={dim} DT={dt}", merge, [("part", "f32"), ("stats", "f32")], [("out", t)],
+               [("D", dim), ("DT", dt)])
     conv = (KERNELS / "conv_rows.cu").read_text()
     for dt in (0, 1, 2):
         t = ("f32", "bf16", "f16")[dt]

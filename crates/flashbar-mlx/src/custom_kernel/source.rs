@@ -212,8 +212,14 @@ mod tests {
                     ("v", a(bf, 4)),
                     ("scale", a(f, 1)),
                 ],
-                vec![("out", bf)],
+                vec![("part", f), ("stats", f)],
                 vec![("D", 256), ("GROUP", 4), ("DT", 1), ("CAUSAL", 1)],
+            ),
+            (
+                "attn_merge.cu",
+                vec![("part", a(f, 5)), ("stats", a(f, 5))],
+                vec![("out", bf)],
+                vec![("D", 256), ("DT", 1)],
             ),
             (
                 "conv_rows.cu",

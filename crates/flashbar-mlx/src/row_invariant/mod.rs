@@ -11,8 +11,8 @@
 //! cuDNN plan the first time it meets a block length, which a DFlash
 //! answer pays every time its last, shorter block is verified.
 //!
-//! Bodies: `kernels/cuda/qmm.cu`, `kernels/cuda/attn_rows.cu`,
-//! `kernels/cuda/conv_rows.cu`. Only CUDA has
+//! Bodies: `kernels/cuda/qmm.cu`, `kernels/cuda/attn_rows.cu` with
+//! `attn_merge.cu`, `kernels/cuda/conv_rows.cu`. Only CUDA has
 //! them; [`available`] says where. Callers use them for at most [`MAX_ROWS`]
 //! rows (decode, verify) and MLX's kernels for longer inputs (prefill,
 //! shared by plain decoding and DFlash alike).
@@ -34,6 +34,11 @@ static ATTN: Body = Body::new(
     include_str!("../../../../kernels/cuda/attn_rows.cu"),
 );
 
+static MERGE: Body = Body::new(
+    "attn_merge",
+    include_str!("../../../../kernels/cuda/attn_merge.cu"),
+);
+
 static CONV: Body = Body::new(
     "conv_rows",
     include_str!("../../../../kernels/cuda/conv_rows.cu"),
@@ -45,6 +50,10 @@ pub const MAX_ROWS: i32 = 32;
 
 /// Threads per block of the attention kernel (its body assumes 256).
 const ATTN_THREADS: i32 = 256;
+
+/// Keys per block of the attention kernel (its body's `CHUNK`): the cache
+/// is cut into chunks at multiples of this, whatever the call.
+const ATTN_CHUNK: i32 = 128;
 
 /// Whether `backend` has these kernels (CUDA only; Metal and the CPU keep
 /// their own paths: the CPU's host kernels are row-invariant too).
@@ -120,21 +129,40 @@ fn attention(
         _ => 2,
     };
     let scale = Array::from_slice(&[scale], &[1]);
+    let (kv_heads, length) = (keys.shape()[1], keys.shape()[2]);
+    let chunks = (length + ATTN_CHUNK - 1) / ATTN_CHUNK;
     let template = [
         ("D", head_dim),
-        ("GROUP", q[1] / keys.shape()[1]),
+        ("GROUP", q[1] / kv_heads),
         ("DT", dtype),
         ("CAUSAL", i32::from(causal)),
     ];
-    single(custom_kernel::launch(&Launch {
+    // Each chunk's partial softmax, then the chunks merged in order
+    // (kernels/cuda/attn_rows.cu, attn_merge.cu).
+    let partial = custom_kernel::launch(&Launch {
         body: &ATTN,
         input_names: &["q", "k", "v", "scale"],
-        output_names: &["out"],
+        output_names: &["part", "stats"],
         inputs: &[queries, keys, values, &scale],
-        outputs: &[(q.to_vec(), queries.dtype())],
-        grid: [rows * ATTN_THREADS, 1, 1],
+        outputs: &[
+            (vec![q[0], q[1], q[2], chunks, head_dim], Dtype::Float32),
+            (vec![q[0], q[1], q[2], chunks, 2], Dtype::Float32),
+        ],
+        grid: [q[0] * kv_heads * chunks * q[2] * ATTN_THREADS, 1, 1],
         group: [ATTN_THREADS, 1, 1],
         template: &template,
+    })?;
+    let [part, stats] = <[Array; 2]>::try_from(partial)
+        .map_err(|_| Exception::custom("the attention kernel returned other than two outputs"))?;
+    single(custom_kernel::launch(&Launch {
+        body: &MERGE,
+        input_names: &["part", "stats"],
+        output_names: &["out"],
+        inputs: &[&part, &stats],
+        outputs: &[(q.to_vec(), queries.dtype())],
+        grid: [rows * head_dim, 1, 1],
+        group: [head_dim, 1, 1],
+        template: &[("D", head_dim), ("DT", dtype)],
     })?)
 }
 

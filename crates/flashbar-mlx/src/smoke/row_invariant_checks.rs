@@ -269,13 +269,20 @@ pub(crate) fn gathered_qmm() -> Result<[CheckResult; 2], Exception> {
 
 /// The same two checks for the attention kernel: each of 16 queries against
 /// a 1-query call over the cache cut after it (causal), or over the same
-/// keys (a drafted block).
+/// keys (a drafted block). The kernel cuts the cache into chunks of 128
+/// keys: contexts inside one chunk, over several, and with the 16 queries
+/// on both sides of a chunk's end (264: positions 248..263).
 pub(crate) fn attention() -> Result<[CheckResult; 2], Exception> {
     let (mut differing, mut versus_sdpa) = (0.0, 0.0f64);
-    for (seed, (heads, kv_heads, dim, length)) in
-        [(6, 2, 64, 300), (16, 4, 256, 530), (8, 8, 128, 40)]
-            .into_iter()
-            .enumerate()
+    for (seed, (heads, kv_heads, dim, length)) in [
+        (6, 2, 64, 300),
+        (16, 4, 256, 530),
+        (8, 8, 128, 40),
+        (16, 4, 256, 264),
+        (32, 2, 128, 1100),
+    ]
+    .into_iter()
+    .enumerate()
     {
         for dtype in [Dtype::Bfloat16, Dtype::Float32] {
             let seed = 10 * seed as u64 + u64::from(dtype == Dtype::Float32);

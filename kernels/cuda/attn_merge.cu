@@ -1,0 +1,47 @@
+// attn_merge: the second half of attn_rows.cu's attention: each query's chunk
+// partials added into its output, in chunk order (docs/gpu.md,
+// "Row-invariant kernels").
+//
+// A kernel BODY for MLX's fast::cuda_kernel (kernels/README.md). Parameters:
+//   const float* part    [B, HQ, T, NCH, D]   per chunk: sum of p * v
+//   const float* stats   [B, HQ, T, NCH, 2]   per chunk: largest score m, sum of p
+//   (plus part's shape, added by MLX because the body names it)
+//   <T>* out             [B, HQ, T, D]
+// Template ints: D (head dim), DT (0 f32, 1 bf16, 2 f16). B, HQ, T and NCH
+// are run-time.
+//
+// One block of D threads per query row, thread d for dim d. The chunks the
+// query attends are those with a sum of p above 0 (every attended chunk holds
+// its largest score's p = 1); others (past the query's position, or past the
+// cache of a shorter call) are skipped, so the result is the same however
+// many chunks follow. With M the largest m: the output is
+// sum_c exp(m_c - M) part_c[d] / sum_c exp(m_c - M) sum_c, each sum in chunk
+// order.
+
+const int NCH = part_shape[3];
+const size_t row = blockIdx.x;
+const int d = threadIdx.x;
+const float* st = stats + row * NCH * 2;
+float top = __int_as_float(0xff800000);  // -inf
+for (int c = 0; c < NCH; ++c) {
+  if (st[2 * c + 1] > 0.0f) top = fmaxf(top, st[2 * c]);
+}
+float total = 0.0f;
+float acc = 0.0f;
+for (int c = 0; c < NCH; ++c) {
+  const float sum = st[2 * c + 1];
+  if (sum > 0.0f) {
+    const float w = expf(st[2 * c] - top);
+    total = fmaf(w, sum, total);
+    acc = fmaf(w, part[(row * NCH + c) * D + d], acc);
+  }
+}
+const float value = acc / total;
+const size_t at = row * D + d;
+if constexpr (DT == 0) {
+  reinterpret_cast<float*>(out)[at] = value;
+} else if constexpr (DT == 1) {
+  reinterpret_cast<unsigned short*>(out)[at] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+} else {
+  reinterpret_cast<unsigned short*>(out)[at] = __half_as_ushort(__float2half_rn(value));
+}
