@@ -4,7 +4,7 @@ then speed (docs/gpu.md).
     python3 bench/gpu_kernels.py [--quick] [--json OUT]
 
 Loads the very kernel bodies the Rust engine runs (`kernels/cuda/qmm.cu`,
-`kernels/cuda/attn_rows.cu`) through `mx.fast.cuda_kernel`, with the launch
+`kernels/cuda/attn_rows.cu` with `attn_merge.cu`) through `mx.fast.cuda_kernel`, with the launch
 shapes of `flashbar_mlx::gpu_kernels` (`launch_qmm` below mirrors its rule,
 and the Rust side's test pins the same table). Prints one JSON line per check:
 
@@ -87,14 +87,27 @@ def qmm(x, w, scales, biases, bits, gs, tiles=None, warps=None):
                  output_shapes=[(m, n)], output_dtypes=[x.dtype])[0]
 
 
+MERGE = (ROOT / "kernels/cuda/attn_merge.cu").read_text()
+CHUNK = 128  # attn_rows.cu's CHUNK, row_invariant::ATTN_CHUNK
+
+
 def attn(q, k, v, scale, causal=True):
+    """The two launches of `row_invariant::attention`: chunk partials, then
+    their merge."""
     b, hq, t, d = q.shape
+    hkv, length = k.shape[1], k.shape[2]
+    chunks = -(-length // CHUNK)
     dt = {mx.float32: 0, mx.bfloat16: 1, mx.float16: 2}[q.dtype]
-    f = kernel("flashbar_attn_rows", ATTN, ["q", "k", "v", "scale"], ["out"])
-    return f(inputs=[q, k, v, mx.array([scale], dtype=mx.float32)],
-             template=[("D", d), ("GROUP", hq // k.shape[1]), ("DT", dt), ("CAUSAL", int(causal))],
-             grid=(b * hq * t * 256, 1, 1), threadgroup=(256, 1, 1),
-             output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
+    f = kernel("flashbar_attn_rows", ATTN, ["q", "k", "v", "scale"], ["part", "stats"])
+    part, stats = f(inputs=[q, k, v, mx.array([scale], dtype=mx.float32)],
+                    template=[("D", d), ("GROUP", hq // hkv), ("DT", dt), ("CAUSAL", int(causal))],
+                    grid=(b * hkv * chunks * t * 256, 1, 1), threadgroup=(256, 1, 1),
+                    output_shapes=[(b, hq, t, chunks, d), (b, hq, t, chunks, 2)],
+                    output_dtypes=[mx.float32, mx.float32])
+    merge = kernel("flashbar_attn_merge", MERGE, ["part", "stats"], ["out"])
+    return merge(inputs=[part, stats], template=[("D", d), ("DT", dt)],
+                 grid=(b * hq * t * d, 1, 1), threadgroup=(d, 1, 1),
+                 output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
 
 
 # (model, layer, in, out) at the models' real shapes.
@@ -224,7 +237,10 @@ def check_experts():
 
 
 def check_attn():
-    for hq, hkv, d, length in ((6, 2, 64, 300), (16, 4, 256, 700), (32, 2, 128, 1100), (16, 2, 256, 64)):
+    # Contexts inside one chunk, across chunks, and with the block's 16
+    # queries straddling a chunk boundary (264: positions 248..263).
+    for hq, hkv, d, length in ((6, 2, 64, 300), (16, 4, 256, 700), (32, 2, 128, 1100), (16, 2, 256, 64),
+                               (16, 4, 256, 264)):
         for dtype in (mx.bfloat16, mx.float16, mx.float32):
             key = mx.random.key(d + length)
             kq, kk, kv = mx.random.split(key, 3)
@@ -238,7 +254,10 @@ def check_attn():
                 [attn(q[:, :, i:i + 1], k[:, :, :length - t + i + 1], v[:, :, :length - t + i + 1], scale)
                  for i in range(t)], axis=2)
             bad = int(mx.sum(mx.any(block != singles, axis=(0, 1, 3))).item())
-            ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask="causal")
+            # f32 against the CPU's sdpa: MLX's f32 sdpa on CUDA differs from
+            # an f32 sum by ~2e-4 (more than its f16 does), a TF32 product's size.
+            ref_at = mx.cpu if dtype == mx.float32 else None
+            ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask="causal", stream=ref_at)
             diff = float(mx.abs(block.astype(mx.float32) - ref.astype(mx.float32)).max().item())
             out(check="attn rows", heads=hq, kv_heads=hkv, head_dim=d, context=length,
                 dtype=str(dtype).split(".")[-1], queries_differing=bad, max_diff_vs_sdpa=round(diff, 6),
@@ -247,7 +266,7 @@ def check_attn():
             block = attn(q, k, v, scale, causal=False)
             singles = mx.concatenate([attn(q[:, :, i:i + 1], k, v, scale, causal=False) for i in range(t)], axis=2)
             bad = int(mx.sum(mx.any(block != singles, axis=(0, 1, 3))).item())
-            ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
+            ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, stream=ref_at)
             diff = float(mx.abs(block.astype(mx.float32) - ref.astype(mx.float32)).max().item())
             out(check="attn rows, no mask", heads=hq, kv_heads=hkv, head_dim=d, context=length,
                 dtype=str(dtype).split(".")[-1], queries_differing=bad, max_diff_vs_sdpa=round(diff, 6),
@@ -309,7 +328,7 @@ def speed_qmm(variants: bool):
 
 
 def speed_attn():
-    for hq, hkv, d in ((16, 4, 256), (6, 2, 64)):
+    for hq, hkv, d in ((16, 4, 256), (16, 2, 256), (6, 2, 64)):
         for length in (1024, 8192):
             for t in (1, 16):
                 q = mx.random.normal((1, hq, t, d)).astype(mx.bfloat16)
@@ -319,8 +338,10 @@ def speed_attn():
                 t_sdpa = chained(lambda: [mx.fast.scaled_dot_product_attention(
                     q, ks[i % 4], ks[(i + 1) % 4], scale=d ** -0.5, mask=mask) for i in range(64)])
                 t_ours = chained(lambda: [attn(q, ks[i % 4], ks[(i + 1) % 4], d ** -0.5) for i in range(64)])
-                out(check="attn speed", heads=hq, head_dim=d, context=length, queries=t,
-                    sdpa_us=round(t_sdpa * 1e6, 1), ours_us=round(t_ours * 1e6, 1))
+                kv_bytes = 2 * hkv * length * d * 2  # keys and values, bf16
+                out(check="attn speed", heads=hq, kv_heads=hkv, head_dim=d, context=length, queries=t,
+                    sdpa_us=round(t_sdpa * 1e6, 1), ours_us=round(t_ours * 1e6, 1),
+                    sdpa_GBps=round(kv_bytes / t_sdpa / 1e9, 1), ours_GBps=round(kv_bytes / t_ours / 1e9, 1))
 
 
 def main():
@@ -331,6 +352,7 @@ def main():
     parser.add_argument("--combos", type=parse_combos, default=None,
                         help="check only these quantizations, e.g. 4:32:bf16,8:64:f16 (bits:group:dtype)")
     parser.add_argument("--experts-only", action="store_true", help="only the MoE experts' exactness")
+    parser.add_argument("--attn-only", action="store_true", help="only attention: exactness, then speed")
     args = parser.parse_args()
     # Where a stuck run waits (a kernel, a compile), every 60 s.
     faulthandler.dump_traceback_later(60, repeat=True)
@@ -338,6 +360,8 @@ def main():
     steps = (lambda: check_qmm(args.quick, args.combos), check_experts, check_attn, check_mlx_ops)
     if args.experts_only:
         steps = (check_experts,)
+    elif args.attn_only:
+        steps = (check_attn,) + (() if args.no_speed else (speed_attn,))
     elif not args.no_speed:
         steps += (lambda: speed_qmm(args.variants), speed_attn)
     for step in steps:

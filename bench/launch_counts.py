@@ -12,6 +12,10 @@ steps). A difference of summed times is too noisy under ncu to use.
 Kernels are grouped by name (ours by their `flashbar_<body>` names, MLX's by
 its kernel families). `--also` repeats the count with environment variables
 set (e.g. FLASHBAR_GDN_LAYER=0: the gated-delta layers op by op).
+`--dflash DRAFTER` counts a forced DFlash round instead (draft, verify of
+the block, rollback): the same two runs with `--speculation dflash`,
+divided by the difference in rounds (bench/dflash_round.py makes a random
+drafter for a bench checkpoint; its rounds commit one token each).
 """
 
 import argparse
@@ -28,6 +32,7 @@ GROUPS = [
     ("ours: quantized matmul", "flashbar_qmm"),
     ("ours: gated-delta layer", "flashbar_gdn_layer"),
     ("ours: gated-delta recurrence", "flashbar_gdn_record"),
+    ("ours: gated-delta replay (rollback)", "flashbar_gdn_replay"),
     ("ours: attention", "flashbar_attn"),
     ("ours: conv", "flashbar_conv"),
     ("ours: other", "flashbar_"),
@@ -59,19 +64,24 @@ def group(name: str) -> str:
     return "other"
 
 
-def profile(binary, model, prompt, tokens, env):
+def profile(binary, model, prompt, tokens, env, drafter=None):
+    """(tokens generated, rounds, kernel counts, GPU ns) of one generate
+    run under ncu: plain decoding, or forced DFlash with `drafter`."""
+    mode = ["--speculation", "off"] if drafter is None else [
+        "--speculation", "dflash", "--drafter", str(drafter)]
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "ncu.csv"
         out = subprocess.run(
             ["ncu", "--clock-control", "none", "--csv", "--page", "raw",
              "--metrics", "gpu__time_duration.sum", "--log-file", str(log),
-             binary, "generate", "--json", "--model", str(model), "--speculation", "off",
+             binary, "generate", "--json", "--model", str(model), *mode,
              "--max-tokens", str(tokens), prompt],
             check=True, capture_output=True, text=True, env={**os.environ, **env})
-        generated = None
+        generated = rounds = None
         for line in out.stdout.splitlines():
             if line.startswith("{"):
-                generated = json.loads(line)["stats"]["completion_tokens"]
+                stats = json.loads(line)["stats"]
+                generated, rounds = stats["completion_tokens"], stats["rounds"]
         text = log.read_text()
     start = text.find('"ID"')
     rows = list(csv.DictReader(io.StringIO(text[start:])))
@@ -82,7 +92,7 @@ def profile(binary, model, prompt, tokens, env):
         counts[label] += 1
         value = row.get("gpu__time_duration.sum", "0").replace(",", "")
         times[label] += float(value or 0)
-    return generated, counts, times
+    return (generated if drafter is None else rounds), counts, times
 
 
 def main():
@@ -92,19 +102,22 @@ def main():
     parser.add_argument("--prompt", default="The quick brown fox")
     parser.add_argument("--tokens", type=int, nargs=2, default=[2, 6])
     parser.add_argument("--also", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]")
+    parser.add_argument("--dflash", type=Path, default=None, metavar="DRAFTER",
+                        help="count forced DFlash rounds with this drafter instead of decode steps")
     args = parser.parse_args()
+    unit = "decode step" if args.dflash is None else "DFlash round"
     runs = [("default", {})] + [
         (spec, dict(item.split("=", 1) for item in spec.split(","))) for spec in args.also]
     for label, env in runs:
         (t1, c1, s1), (t2, c2, s2) = (
-            profile(args.flashbar, args.model, args.prompt, n, env) for n in args.tokens)
+            profile(args.flashbar, args.model, args.prompt, n, env, args.dflash) for n in args.tokens)
         if t1 is None or t2 is None or t2 <= t1:
-            print(f"{label}: could not read the generated token counts ({t1}, {t2})")
+            print(f"{label}: could not read the {unit} counts ({t1}, {t2})")
             continue
         steps = t2 - t1
         total = (sum(c2.values()) - sum(c1.values())) / steps
-        print(f"{args.model.name}, {label}: {total:.0f} kernels per decode step "
-              f"({steps} steps); per family: kernels a step, mean us a kernel (ncu's ns / 1e3)")
+        print(f"{args.model.name}, {label}: {total:.0f} kernels per {unit} "
+              f"({steps} of them); per family: kernels each, mean us a kernel (ncu's ns / 1e3)")
         for name in sorted(set(c1) | set(c2), key=lambda n: -(c2[n] - c1[n])):
             per_step = (c2[name] - c1[name]) / steps
             if per_step:
