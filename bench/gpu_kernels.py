@@ -273,6 +273,81 @@ def check_attn():
                 ok=bad == 0 and diff < (2e-2 if dtype != mx.float32 else 1e-4))
 
 
+GDN_LAYER = (ROOT / "kernels/cuda/gdn_layer.cu").read_text()
+GDN_TILED = (ROOT / "kernels/cuda/gdn_layer_tiled.cu").read_text()
+GDN_INPUTS = ["qkv", "z", "b_in", "a_in", "conv_state", "conv_w", "a_log", "dt_bias", "norm_w", "consts",
+              "state"]
+GDN_OUTPUTS = ["out", "state_out", "conv_out", "k_tape", "g_tape", "delta"]
+
+
+def gdn_layer(source, name, ins, hk, hv, dk, dv, dt):
+    """One launch of a gated-delta layer body, as `gdn_kernels::layer`
+    launches it (same template, grid and outputs)."""
+    qkv = ins[0]
+    b, t, c = qkv.shape
+    threads = (dv + 31) // 32 * 32
+    f = kernel(name, source, GDN_INPUTS, GDN_OUTPUTS)
+    code = {mx.float32: 0, mx.bfloat16: 1, mx.float16: 2}[dt]
+    return f(inputs=ins,
+             template=[("HK", hk), ("HV", hv), ("DK", dk), ("DV", dv), ("K", 4), ("NT", threads),
+                       ("DT", code), ("RA", code), ("RN", code)],
+             grid=(b * hv * threads, 1, 1), threadgroup=(threads, 1, 1),
+             output_shapes=[(b, t, hv * dv), (b, hv, dv, dk), (b, 3, c), (b, t, hk, dk), (b, t, hv),
+                            (b, t, hv, dv)],
+             output_dtypes=[dt, mx.float32, dt, mx.float32, mx.float32, mx.float32])
+
+
+def gdn_inputs(t, hk, hv, dk, dv, dt, seed):
+    c = 2 * hk * dk + hv * dv
+    keys = mx.random.split(mx.random.key(seed), 11)
+    normal = lambda i, shape, scale=1.0: (scale * mx.random.normal(shape, key=keys[i]))
+    return [normal(0, (1, t, c)).astype(dt), normal(1, (1, t, hv * dv)).astype(dt),
+            normal(2, (1, t, hv)).astype(dt), normal(3, (1, t, hv)).astype(dt),
+            normal(4, (1, 3, c)).astype(dt), normal(5, (c, 4), 0.5),
+            mx.log(mx.random.uniform(1.0, 16.0, (hv,), key=keys[6])), normal(7, (hv,), 0.1),
+            1.0 + normal(8, (dv,), 0.1), mx.array([1e-6, 1e-6, dk ** -1.0, dk ** -0.5]),
+            normal(10, (1, hv, dv, dk), 0.1)]
+
+
+def check_gdn_tiled():
+    """kernels/cuda/gdn_layer_tiled.cu (the candidate) against gdn_layer.cu:
+    every output bit for bit, for T = 1 .. 100; the candidate's T-token call
+    against its own 1-token calls in turn (the out rows and the final
+    state); then both timed chained at T = 1 and 16."""
+    for hk, hv, dk, dv in ((4, 8, 64, 64), (16, 32, 128, 128)):
+        for dt in (mx.bfloat16, mx.float32):
+            for t in (1, 2, 8, 9, 16, 17, 100):
+                ins = gdn_inputs(t, hk, hv, dk, dv, dt, 7 * t + dk)
+                old = gdn_layer(GDN_LAYER, "flashbar_gdn_layer", ins, hk, hv, dk, dv, dt)
+                new = gdn_layer(GDN_TILED, "flashbar_gdn_layer_tiled", ins, hk, hv, dk, dv, dt)
+                differing = [n for n, a, b in zip(GDN_OUTPUTS, old, new) if not mx.array_equal(a, b).item()]
+                out(check="gdn tiled vs gdn_layer", heads=hv, dim=dk, tokens=t, dtype=str(dt).split(".")[-1],
+                    outputs_differing=differing, ok=not differing)
+            t = 16
+            ins = gdn_inputs(t, hk, hv, dk, dv, dt, 99 + dk)
+            block = gdn_layer(GDN_TILED, "flashbar_gdn_layer_tiled", ins, hk, hv, dk, dv, dt)
+            conv, state, rows = ins[4], ins[10], []
+            for i in range(t):
+                one = [a[:, i:i + 1] for a in ins[:4]] + [conv] + ins[5:10] + [state]
+                step = gdn_layer(GDN_TILED, "flashbar_gdn_layer_tiled", one, hk, hv, dk, dv, dt)
+                rows.append(step[0])
+                conv, state = step[2], step[1]
+            same = mx.array_equal(block[0], mx.concatenate(rows, axis=1)).item() and \
+                mx.array_equal(block[1], state).item()
+            out(check="gdn tiled block vs steps", heads=hv, dim=dk, dtype=str(dt).split(".")[-1], ok=bool(same))
+    hk, hv, dk, dv = 16, 32, 128, 128
+    for t in (1, 16):
+        sets = [gdn_inputs(t, hk, hv, dk, dv, mx.bfloat16, 500 + i) for i in range(4)]
+        mx.eval(sets)
+        row = dict(check="gdn layer speed", heads=hv, dim=dk, tokens=t)
+        for label, source, name in (("old", GDN_LAYER, "flashbar_gdn_layer"),
+                                    ("tiled", GDN_TILED, "flashbar_gdn_layer_tiled")):
+            us = chained(lambda: [gdn_layer(source, name, sets[i % 4], hk, hv, dk, dv, mx.bfloat16)[0]
+                                  for i in range(64)])
+            row[f"{label}_us"] = round(us * 1e6, 1)
+        out(**row)
+
+
 def check_mlx_ops():
     """The MLX ops a decode step and a verify share besides ours: are their
     rows invariant too? (depthwise conv1d of the gated-delta layers, rms_norm)."""
@@ -353,6 +428,8 @@ def main():
                         help="check only these quantizations, e.g. 4:32:bf16,8:64:f16 (bits:group:dtype)")
     parser.add_argument("--experts-only", action="store_true", help="only the MoE experts' exactness")
     parser.add_argument("--attn-only", action="store_true", help="only attention: exactness, then speed")
+    parser.add_argument("--gdn-only", action="store_true",
+                        help="only the candidate gdn_layer_tiled.cu against gdn_layer.cu, then both timed")
     args = parser.parse_args()
     # Where a stuck run waits (a kernel, a compile), every 60 s.
     faulthandler.dump_traceback_later(60, repeat=True)
@@ -360,6 +437,8 @@ def main():
     steps = (lambda: check_qmm(args.quick, args.combos), check_experts, check_attn, check_mlx_ops)
     if args.experts_only:
         steps = (check_experts,)
+    elif args.gdn_only:
+        steps = (check_gdn_tiled,)
     elif args.attn_only:
         steps = (check_attn,) + (() if args.no_speed else (speed_attn,))
     elif not args.no_speed:

@@ -128,14 +128,19 @@ def variants():
     yield ("gdn_replay", (KERNELS / "gdn_replay.cu").read_text(),
            [("state0", "f32"), ("k", "f32"), ("g", "f32"), ("delta", "f32"), ("n_steps", "i32")],
            [("state_out", "f32")], gdn)
-    layer = (KERNELS / "gdn_layer.cu").read_text()
+    for name in ("gdn_layer", "gdn_layer_tiled"):
+        yield from gdn_layer_variants(name)
+
+
+def gdn_layer_variants(name):
+    layer = (KERNELS / f"{name}.cu").read_text()
     # The embedded target's heads and the 9B's; activations f32 / bf16 / f16,
     # with dt_bias and the norm weight of the same type or f32.
     for (hk, hv, dk, dv), dt, mixed in itertools.product(
             ((4, 8, 64, 64), (16, 32, 128, 128)), (0, 1, 2), (0, 1)):
         t = ("f32", "bf16", "f16")[dt]
         rounded = 0 if mixed else dt
-        yield (f"gdn_layer HK={hk} DV={dv} DT={dt} mixed={mixed}", layer,
+        yield (f"{name} HK={hk} DV={dv} DT={dt} mixed={mixed}", layer,
                [("qkv", t), ("z", t), ("b_in", t), ("a_in", t), ("conv_state", t)]
                + [(n, "f32") for n in ("conv_w", "a_log", "dt_bias", "norm_w", "consts", "state")],
                [("out", t), ("state_out", "f32"), ("conv_out", t), ("k_tape", "f32"),

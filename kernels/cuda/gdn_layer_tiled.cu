@@ -1,0 +1,223 @@
+// gdn_layer_tiled: a candidate to replace gdn_layer.cu, the same layer with
+// the same outputs bit for bit, faster for a block of tokens (a verify, a
+// prefill): NOT YET RUN ON A GPU (docs/gpu.md, "Left to do": check it
+// against gdn_layer.cu with `bench/gpu_kernels.py --gdn-only`, then swap).
+//
+// Parameters, outputs and template ints: those of gdn_layer.cu, read its
+// header. What differs is only the schedule. gdn_layer.cu runs every step
+// of the T tokens in turn, each waiting on its own global loads (the conv
+// inputs, b, a, z) and on five block-wide barriers. Here the steps go in
+// tiles of TT:
+// - A, the tile's steps side by side (warp w takes steps w, w + WARPS, ...):
+//   conv + SiLU of q, k and v, the q/k norms, beta and g, into shared memory;
+// - B, the recurrence, step after step, each thread on its own state row
+//   (no barrier inside: what a step reads was written in A);
+// - C, the tile's steps side by side again: the gated RMSNorm and the output.
+// Each value is computed by the same operations in the same order as in
+// gdn_layer.cu. The two block sums (the q/k norms' and the gated norm's)
+// keep its order too: there thread tau (of NT) added its channels tau,
+// tau + NT, ... in order, each warp of threads then summed over a butterfly,
+// and the warps' sums were added in warp order; here one warp plays each
+// of those warps of threads in turn (lane l as thread 32 g + l), the same
+// butterflies, then the same in-order sum. Nothing depends on T or on the
+// tile a step falls in, so a verified block still equals its decode steps.
+
+const int T = qkv_shape[1];
+constexpr int C = 2 * HK * DK + HV * DV;
+constexpr int WARPS = NT / 32;
+const int tid = threadIdx.x;
+const int lane = tid & 31;
+const int warp = tid >> 5;
+const int hv = blockIdx.x % HV;
+const size_t b = blockIdx.x / HV;
+const int hk = hv / (HV / HK);
+const bool first_of_key = hv % (HV / HK) == 0;
+const bool owns_row = tid < DV;
+const int dv = tid;
+
+auto load = [](const void* base, size_t at) -> float {
+  if constexpr (DT == 0) {
+    return reinterpret_cast<const float*>(base)[at];
+  } else if constexpr (DT == 1) {
+    return __uint_as_float(((unsigned int)reinterpret_cast<const unsigned short*>(base)[at]) << 16);
+  } else {
+    return __half2float(__ushort_as_half(reinterpret_cast<const unsigned short*>(base)[at]));
+  }
+};
+auto store = [](void* base, size_t at, float value) {
+  if constexpr (DT == 0) {
+    reinterpret_cast<float*>(base)[at] = value;
+  } else if constexpr (DT == 1) {
+    reinterpret_cast<unsigned short*>(base)[at] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+  } else {
+    reinterpret_cast<unsigned short*>(base)[at] = __half_as_ushort(__float2half_rn(value));
+  }
+};
+auto round_to = [](float x, int type) -> float {
+  if (type == 1) {
+    return __bfloat162float(__float2bfloat16_rn(x));
+  }
+  if (type == 2) {
+    return __half2float(__float2half_rn(x));
+  }
+  return x;
+};
+auto sigmoid = [](float x) -> float { return 1.0f / (1.0f + expf(-x)); };
+
+// Row r of [conv_state; qkv] (r < K-1 + T), channel ch.
+auto conv_input = [&](int r, int ch) -> float {
+  return r < K - 1 ? load(conv_state, (b * (K - 1) + r) * C + ch)
+                   : load(qkv, (b * T + (r - (K - 1))) * C + ch);
+};
+// The conv output at step t, channel ch, through SiLU, as the ops round it.
+auto conv_silu = [&](int t, int ch) -> float {
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    acc = __fadd_rn(acc, __fmul_rn(conv_input(t + j, ch), conv_w[ch * K + j]));
+  }
+  const float x = round_to(acc, DT);
+  return round_to(__fmul_rn(x, round_to(sigmoid(x), DT)), DT);
+};
+
+constexpr int TT = 8;  // steps a tile
+
+__shared__ float qk[TT][2 * DK];  // normalized q, then k, of each step of the tile
+__shared__ float vs[TT][DV];      // conv + SiLU of v
+__shared__ float ys[TT][DV];      // the recurrence's outputs, rounded
+__shared__ float betas[TT];
+__shared__ float gs[TT];
+
+// The butterfly of gdn_layer.cu's block sums, over one warp's lanes.
+auto butterfly = [](float x) -> float {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  }
+  return x;
+};
+
+const float eps_qk = consts[0];
+const float eps_norm = consts[1];
+const float q_scale = round_to(consts[2], DT);
+const float k_scale = round_to(consts[3], DT);
+const float decay = expf(a_log[hv]);
+
+float s[DK];
+#pragma unroll
+for (int j = 0; j < DK; ++j) {
+  s[j] = owns_row ? state[((b * HV + hv) * DV + dv) * DK + j] : 0.0f;
+}
+
+for (int t0 = 0; t0 < T; t0 += TT) {
+  const int steps = min(TT, T - t0);
+
+  // A: q, k, v, beta, g of each step of the tile.
+  for (int i = warp; i < steps; i += WARPS) {
+    const int t = t0 + i;
+    const size_t bt = b * T + t;
+    float tq = 0.0f, tk = 0.0f;
+    for (int group = 0; group < WARPS; ++group) {
+      const int tau = 32 * group + lane;
+      float sq = 0.0f, sk = 0.0f;
+      for (int c = tau; c < DK; c += NT) {
+        const float qv = conv_silu(t, hk * DK + c);
+        const float kv = conv_silu(t, HK * DK + hk * DK + c);
+        qk[i][c] = qv;
+        qk[i][DK + c] = kv;
+        sq = __fadd_rn(sq, __fmul_rn(qv, qv));
+        sk = __fadd_rn(sk, __fmul_rn(kv, kv));
+      }
+      tq = __fadd_rn(tq, butterfly(sq));
+      tk = __fadd_rn(tk, butterfly(sk));
+    }
+    __syncwarp();
+    const float rq = rsqrtf(tq / DK + eps_qk);
+    const float rk = rsqrtf(tk / DK + eps_qk);
+    for (int c = lane; c < DK; c += 32) {
+      qk[i][c] = round_to(round_to(qk[i][c] * rq, DT) * q_scale, DT);
+      qk[i][DK + c] = round_to(round_to(qk[i][DK + c] * rk, DT) * k_scale, DT);
+      if (first_of_key) {
+        k_tape[(bt * HK + hk) * DK + c] = qk[i][DK + c];
+      }
+    }
+    for (int r = lane; r < DV; r += 32) {
+      vs[i][r] = conv_silu(t, 2 * HK * DK + hv * DV + r);
+    }
+    if (lane == 0) {
+      const size_t head = bt * HV + hv;
+      betas[i] = round_to(sigmoid(load(b_in, head)), DT);
+      const float ab = round_to(load(a_in, head) + dt_bias[hv], RA);
+      const float softplus = round_to(fmaxf(ab, 0.0f) + log1pf(expf(-fabsf(ab))), RA);
+      const float g = expf(-(decay * softplus));
+      gs[i] = g;
+      g_tape[head] = g;
+    }
+  }
+  __syncthreads();
+
+  // B: the recurrence, one state row a thread.
+  if (owns_row) {
+    for (int i = 0; i < steps; ++i) {
+      const size_t head = (b * T + t0 + i) * HV + hv;
+      const float g = gs[i];
+      float kv = 0.0f;
+#pragma unroll
+      for (int j = 0; j < DK; ++j) {
+        s[j] = __fmul_rn(s[j], g);
+        kv = fmaf(s[j], qk[i][DK + j], kv);
+      }
+      const float d = __fmul_rn(__fsub_rn(vs[i][dv], kv), betas[i]);
+      delta[head * DV + dv] = d;
+      float acc = 0.0f;
+#pragma unroll
+      for (int j = 0; j < DK; ++j) {
+        s[j] = __fadd_rn(s[j], __fmul_rn(qk[i][DK + j], d));
+        acc = fmaf(s[j], qk[i][j], acc);
+      }
+      ys[i][dv] = round_to(acc, DT);
+    }
+  }
+  __syncthreads();
+
+  // C: the gated RMSNorm over each step's DV outputs.
+  for (int i = warp; i < steps; i += WARPS) {
+    const size_t head = (b * T + t0 + i) * HV + hv;
+    float total = 0.0f;
+    for (int group = 0; group < WARPS; ++group) {
+      const int tau = 32 * group + lane;
+      const float y = tau < DV ? ys[i][tau] : 0.0f;
+      total = __fadd_rn(total, butterfly(__fmul_rn(y, y)));
+    }
+    const float r = rsqrtf(total / DV + eps_norm);
+    for (int row = lane; row < DV; row += 32) {
+      const float normed = round_to(norm_w[row] * (ys[i][row] * r), RN);
+      const float zf = load(z, head * DV + row);
+      const float gate = __fmul_rn(zf, sigmoid(zf));
+      store(out, head * DV + row, __fmul_rn(gate, normed));
+    }
+  }
+  __syncthreads();
+}
+
+if (owns_row) {
+#pragma unroll
+  for (int j = 0; j < DK; ++j) {
+    state_out[((b * HV + hv) * DV + dv) * DK + j] = s[j];
+  }
+}
+// The new conv state: rows T .. T+K-2 of [conv_state; qkv]. The key head's
+// q/k channels are written by the first of its value heads.
+for (int r = 0; r < K - 1; ++r) {
+  if (first_of_key) {
+    for (int c = tid; c < DK; c += NT) {
+      store(conv_out, (b * (K - 1) + r) * C + hk * DK + c, conv_input(T + r, hk * DK + c));
+      store(conv_out, (b * (K - 1) + r) * C + HK * DK + hk * DK + c,
+            conv_input(T + r, HK * DK + hk * DK + c));
+    }
+  }
+  if (owns_row) {
+    const int ch = 2 * HK * DK + hv * DV + dv;
+    store(conv_out, (b * (K - 1) + r) * C + ch, conv_input(T + r, ch));
+  }
+}
