@@ -29,6 +29,11 @@ else
   profile=$target/release
   cp "$profile/flashbar" "$stage/"
   strip "$stage/flashbar"
+  # A prefill's memory by prompt length (docs/gpu.md, "Left to do").
+  CARGO_TARGET_DIR=$target cargo build --release --features flashbar-mlx/cuda -p flashbar-models \
+    --example prefill_peak
+  cp "$profile/examples/prefill_peak" "$stage/"
+  strip "$stage/prefill_peak"
   cp -rL "$profile/mlx" "$stage/mlx"
   cp -rL "$profile/mlx_cuda_13.libs" "$stage/"
 fi
