@@ -476,9 +476,16 @@ impl Gate {
             // start (a first backoff later where the shadow credit is spent)
             // and the rules above bound each probe, so the doubling backoff alone
             // decides when this answer is probed again (its long runs often
-            // come after losing first rounds). Where a round is dear, the
-            // backoff also keeps the probes' share of the time to the budget.
-            let budgeted = if self.probe_is_cheap() {
+            // come after losing first rounds). So too where the next probe
+            // is a shadow: it costs one draft, which the shadow credit holds
+            // to the budget, and real rounds come back only where a shadow
+            // showed they would pay. Otherwise, where a round is dear, the
+            // backoff also keeps the probes' share of the time to the budget:
+            // a fresh process's first rounds (kernels still loading) made a
+            // GPU's rounds look dear and kept an answer that then paid 3x
+            // from any probe for the rest of its tokens (docs/dflash.md,
+            // "A failed probe's backoff where the next probe is a shadow").
+            let budgeted = if self.probe_is_cheap() || self.shadows_apply() {
                 0
             } else {
                 (self.failed_probe_loss / self.config.probe_budget).ceil() as usize
