@@ -82,7 +82,8 @@ def qmm(x, w, scales, biases, bits, gs, tiles=None, warps=None):
     # No fused ends (GLU = RES = GATHER = 0): x stands in for the unread residual and pairs.
     return f(inputs=[x, w, scales, biases, x, x],
              template=[("BITS", bits), ("HALF", int(x.dtype == mx.float16)), ("NT", nt),
-                       ("MT", 1 if m <= 16 else 2), ("GLU", 0), ("RES", 0), ("GATHER", 0)],
+                       ("MT", 1 if m <= 16 else 2), ("GLU", 0), ("RES", 0), ("GATHER", 0),
+                       ("P1", 0), ("P2", 0), ("P3", 0)],
                  grid=(blocks * 32 * wp, 1, 1), threadgroup=(32 * wp, 1, 1),
                  output_shapes=[(m, n)], output_dtypes=[x.dtype])[0]
 
@@ -105,9 +106,10 @@ def attn(q, k, v, scale, causal=True):
                     output_shapes=[(b, hq, t, chunks, d), (b, hq, t, chunks, 2)],
                     output_dtypes=[mx.float32, mx.float32])
     merge = kernel("flashbar_attn_merge", MERGE, ["part", "stats"], ["out"])
+    # Written token-major [B, T, Hq, D]: returned as the [B, Hq, T, D] view.
     return merge(inputs=[part, stats], template=[("D", d), ("DT", dt)],
                  grid=(b * hq * t * d, 1, 1), threadgroup=(d, 1, 1),
-                 output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
+                 output_shapes=[(b, t, hq, d)], output_dtypes=[q.dtype])[0].transpose(0, 2, 1, 3)
 
 
 # (model, layer, in, out) at the models' real shapes.
@@ -183,7 +185,8 @@ def gathered(x, w, scales, biases, rows, experts, tokens, bits, gs):
     pairs = mx.stack([rows.astype(mx.int32), experts.astype(mx.int32)])
     return f(inputs=[x, w, scales, biases, x, pairs],
              template=[("BITS", bits), ("HALF", int(x.dtype == mx.float16)), ("NT", nt),
-                       ("MT", 1 if tokens <= 16 else 2), ("GLU", 0), ("RES", 0), ("GATHER", 1)],
+                       ("MT", 1 if tokens <= 16 else 2), ("GLU", 0), ("RES", 0), ("GATHER", 1),
+                       ("P1", 0), ("P2", 0), ("P3", 0)],
              grid=(-(-n // (8 * nt)) * 32 * wp, w.shape[0], 1), threadgroup=(32 * wp, 1, 1),
              output_shapes=[(rows.size, n)], output_dtypes=[x.dtype])[0]
 
@@ -274,7 +277,6 @@ def check_attn():
 
 
 GDN_LAYER = (ROOT / "kernels/cuda/gdn_layer.cu").read_text()
-GDN_TILED = (ROOT / "kernels/cuda/gdn_layer_tiled.cu").read_text()
 GDN_INPUTS = ["qkv", "z", "b_in", "a_in", "conv_state", "conv_w", "a_log", "dt_bias", "norm_w", "consts",
               "state"]
 GDN_OUTPUTS = ["out", "state_out", "conv_out", "k_tape", "g_tape", "delta"]
@@ -309,39 +311,41 @@ def gdn_inputs(t, hk, hv, dk, dv, dt, seed):
             normal(10, (1, hv, dv, dk), 0.1)]
 
 
-def check_gdn_tiled():
-    """kernels/cuda/gdn_layer_tiled.cu (the candidate) against gdn_layer.cu:
-    every output bit for bit, for T = 1 .. 100; the candidate's T-token call
-    against its own 1-token calls in turn (the out rows and the final
-    state); then both timed chained at T = 1 and 16."""
+def check_gdn(old_path=None):
+    """kernels/cuda/gdn_layer.cu: its T-token call against its own 1-token
+    calls in turn (the out rows and the final state, bit for bit); with
+    `old_path` (another body of the same kernel, e.g. the one before an
+    edit) every output against that body's, bit for bit, for T = 1 .. 100;
+    then timed chained at T = 1 and 16 (beside the old body)."""
+    old = Path(old_path).read_text() if old_path else None
     for hk, hv, dk, dv in ((4, 8, 64, 64), (16, 32, 128, 128)):
         for dt in (mx.bfloat16, mx.float32):
-            for t in (1, 2, 8, 9, 16, 17, 100):
+            for t in (1, 2, 8, 9, 16, 17, 100) if old else ():
                 ins = gdn_inputs(t, hk, hv, dk, dv, dt, 7 * t + dk)
-                old = gdn_layer(GDN_LAYER, "flashbar_gdn_layer", ins, hk, hv, dk, dv, dt)
-                new = gdn_layer(GDN_TILED, "flashbar_gdn_layer_tiled", ins, hk, hv, dk, dv, dt)
-                differing = [n for n, a, b in zip(GDN_OUTPUTS, old, new) if not mx.array_equal(a, b).item()]
-                out(check="gdn tiled vs gdn_layer", heads=hv, dim=dk, tokens=t, dtype=str(dt).split(".")[-1],
-                    outputs_differing=differing, ok=not differing)
+                before = gdn_layer(old, "flashbar_gdn_layer_old", ins, hk, hv, dk, dv, dt)
+                now = gdn_layer(GDN_LAYER, "flashbar_gdn_layer", ins, hk, hv, dk, dv, dt)
+                differing = [n for n, a, b in zip(GDN_OUTPUTS, before, now) if not mx.array_equal(a, b).item()]
+                out(check="gdn_layer vs the old body", heads=hv, dim=dk, tokens=t,
+                    dtype=str(dt).split(".")[-1], outputs_differing=differing, ok=not differing)
             t = 16
             ins = gdn_inputs(t, hk, hv, dk, dv, dt, 99 + dk)
-            block = gdn_layer(GDN_TILED, "flashbar_gdn_layer_tiled", ins, hk, hv, dk, dv, dt)
+            block = gdn_layer(GDN_LAYER, "flashbar_gdn_layer", ins, hk, hv, dk, dv, dt)
             conv, state, rows = ins[4], ins[10], []
             for i in range(t):
                 one = [a[:, i:i + 1] for a in ins[:4]] + [conv] + ins[5:10] + [state]
-                step = gdn_layer(GDN_TILED, "flashbar_gdn_layer_tiled", one, hk, hv, dk, dv, dt)
+                step = gdn_layer(GDN_LAYER, "flashbar_gdn_layer", one, hk, hv, dk, dv, dt)
                 rows.append(step[0])
                 conv, state = step[2], step[1]
             same = mx.array_equal(block[0], mx.concatenate(rows, axis=1)).item() and \
                 mx.array_equal(block[1], state).item()
-            out(check="gdn tiled block vs steps", heads=hv, dim=dk, dtype=str(dt).split(".")[-1], ok=bool(same))
+            out(check="gdn_layer block vs steps", heads=hv, dim=dk, dtype=str(dt).split(".")[-1], ok=bool(same))
     hk, hv, dk, dv = 16, 32, 128, 128
+    bodies = [("now", GDN_LAYER, "flashbar_gdn_layer")] + ([("old", old, "flashbar_gdn_layer_old")] if old else [])
     for t in (1, 16):
         sets = [gdn_inputs(t, hk, hv, dk, dv, mx.bfloat16, 500 + i) for i in range(4)]
         mx.eval(sets)
         row = dict(check="gdn layer speed", heads=hv, dim=dk, tokens=t)
-        for label, source, name in (("old", GDN_LAYER, "flashbar_gdn_layer"),
-                                    ("tiled", GDN_TILED, "flashbar_gdn_layer_tiled")):
+        for label, source, name in bodies:
             us = chained(lambda: [gdn_layer(source, name, sets[i % 4], hk, hv, dk, dv, mx.bfloat16)[0]
                                   for i in range(64)])
             row[f"{label}_us"] = round(us * 1e6, 1)
@@ -429,7 +433,10 @@ def main():
     parser.add_argument("--experts-only", action="store_true", help="only the MoE experts' exactness")
     parser.add_argument("--attn-only", action="store_true", help="only attention: exactness, then speed")
     parser.add_argument("--gdn-only", action="store_true",
-                        help="only the candidate gdn_layer_tiled.cu against gdn_layer.cu, then both timed")
+                        help="only gdn_layer.cu: a block against its steps, bit for bit, then timed")
+    parser.add_argument("--gdn-old", default=None, metavar="FILE",
+                        help="with --gdn-only: also against this older body of gdn_layer.cu, bit for "
+                             "bit, and timed beside it")
     args = parser.parse_args()
     # Where a stuck run waits (a kernel, a compile), every 60 s.
     faulthandler.dump_traceback_later(60, repeat=True)
@@ -438,7 +445,7 @@ def main():
     if args.experts_only:
         steps = (check_experts,)
     elif args.gdn_only:
-        steps = (check_gdn_tiled,)
+        steps = (lambda: check_gdn(args.gdn_old),)
     elif args.attn_only:
         steps = (check_attn,) + (() if args.no_speed else (speed_attn,))
     elif not args.no_speed:

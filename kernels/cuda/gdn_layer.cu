@@ -37,8 +37,25 @@
 //   y = <s, q>  (as gdn_record.cu: the state updates never contracted into
 //   an FMA, so gdn_replay.cu replays them bit for bit)
 //   out = silu(z) * rms_norm(y) * norm_w
-// The block sums (norms) add in a fixed order. Nothing a step computes
-// depends on T, so a verified block equals its decode steps bit for bit.
+//
+// The schedule (docs/gpu.md, "One kernel per gated-delta layer"): a step
+// done alone would wait on its own global loads (the conv inputs, b, a, z)
+// and on five block-wide barriers; here the steps go in tiles of TT:
+// - A, the tile's steps side by side (warp w takes steps w, w + WARPS, ...):
+//   conv + SiLU of q, k and v, the q/k norms, beta and g, into shared memory;
+// - B, the recurrence, step after step, each thread on its own state row
+//   (no barrier inside: what a step reads was written in A);
+// - C, the tile's steps side by side again: the gated RMSNorm and the output.
+// Each value is computed by the same operations in the same order as when
+// the steps ran one by one (this schedule's outputs equal that one's bit
+// for bit; docs/gpu.md). The two block sums (the q/k norms' and the gated
+// norm's) have a fixed order: thread tau (of NT) would add its channels
+// tau, tau + NT, ... in order, each warp of threads sum over a butterfly,
+// and the warps' sums be added in warp order; one warp plays each of those
+// warps of threads in turn (lane l as thread 32 g + l), the same
+// butterflies, then the same in-order sum. Nothing depends on T or on the
+// tile a step falls in, so a verified block equals its decode steps bit
+// for bit.
 
 const int T = qkv_shape[1];
 constexpr int C = 2 * HK * DK + HV * DV;
@@ -98,32 +115,21 @@ auto conv_silu = [&](int t, int ch) -> float {
   return round_to(__fmul_rn(x, round_to(sigmoid(x), DT)), DT);
 };
 
-__shared__ float qk[2 * DK];  // this step's normalized q, then k
-__shared__ float partial[2][WARPS];
-__shared__ float total[2];
-// Two sums over the block's threads, in a fixed order (lanes, then warps in
-// order), left in total[0], total[1]. Every thread must call it.
-auto block_sum = [&](float x0, float x1) {
+constexpr int TT = 8;  // steps a tile
+
+__shared__ float qk[TT][2 * DK];  // normalized q, then k, of each step of the tile
+__shared__ float vs[TT][DV];      // conv + SiLU of v
+__shared__ float ys[TT][DV];      // the recurrence's outputs, rounded
+__shared__ float betas[TT];
+__shared__ float gs[TT];
+
+// The butterfly of gdn_layer.cu's block sums, over one warp's lanes.
+auto butterfly = [](float x) -> float {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
-    x0 = __fadd_rn(x0, __shfl_xor_sync(0xffffffffu, x0, offset));
-    x1 = __fadd_rn(x1, __shfl_xor_sync(0xffffffffu, x1, offset));
+    x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, offset));
   }
-  if (lane == 0) {
-    partial[0][warp] = x0;
-    partial[1][warp] = x1;
-  }
-  __syncthreads();
-  if (tid == 0) {
-    float s0 = 0.0f, s1 = 0.0f;
-    for (int w = 0; w < WARPS; ++w) {
-      s0 = __fadd_rn(s0, partial[0][w]);
-      s1 = __fadd_rn(s1, partial[1][w]);
-    }
-    total[0] = s0;
-    total[1] = s1;
-  }
-  __syncthreads();
+  return x;
 };
 
 const float eps_qk = consts[0];
@@ -138,70 +144,95 @@ for (int j = 0; j < DK; ++j) {
   s[j] = owns_row ? state[((b * HV + hv) * DV + dv) * DK + j] : 0.0f;
 }
 
-for (int t = 0; t < T; ++t) {
-  const size_t bt = b * T + t;
+for (int t0 = 0; t0 < T; t0 += TT) {
+  const int steps = min(TT, T - t0);
 
-  // q and k of key head hk: conv, SiLU, RMS norm, scale.
-  float sq = 0.0f, sk = 0.0f;
-  for (int c = tid; c < DK; c += NT) {
-    const float qv = conv_silu(t, hk * DK + c);
-    const float kv = conv_silu(t, HK * DK + hk * DK + c);
-    qk[c] = qv;
-    qk[DK + c] = kv;
-    sq = __fadd_rn(sq, __fmul_rn(qv, qv));
-    sk = __fadd_rn(sk, __fmul_rn(kv, kv));
-  }
-  block_sum(sq, sk);
-  const float rq = rsqrtf(total[0] / DK + eps_qk);
-  const float rk = rsqrtf(total[1] / DK + eps_qk);
-  for (int c = tid; c < DK; c += NT) {
-    qk[c] = round_to(round_to(qk[c] * rq, DT) * q_scale, DT);
-    qk[DK + c] = round_to(round_to(qk[DK + c] * rk, DT) * k_scale, DT);
-    if (first_of_key) {
-      k_tape[(bt * HK + hk) * DK + c] = qk[DK + c];
+  // A: q, k, v, beta, g of each step of the tile.
+  for (int i = warp; i < steps; i += WARPS) {
+    const int t = t0 + i;
+    const size_t bt = b * T + t;
+    float tq = 0.0f, tk = 0.0f;
+    for (int group = 0; group < WARPS; ++group) {
+      const int tau = 32 * group + lane;
+      float sq = 0.0f, sk = 0.0f;
+      for (int c = tau; c < DK; c += NT) {
+        const float qv = conv_silu(t, hk * DK + c);
+        const float kv = conv_silu(t, HK * DK + hk * DK + c);
+        qk[i][c] = qv;
+        qk[i][DK + c] = kv;
+        sq = __fadd_rn(sq, __fmul_rn(qv, qv));
+        sk = __fadd_rn(sk, __fmul_rn(kv, kv));
+      }
+      tq = __fadd_rn(tq, butterfly(sq));
+      tk = __fadd_rn(tk, butterfly(sk));
+    }
+    __syncwarp();
+    const float rq = rsqrtf(tq / DK + eps_qk);
+    const float rk = rsqrtf(tk / DK + eps_qk);
+    for (int c = lane; c < DK; c += 32) {
+      qk[i][c] = round_to(round_to(qk[i][c] * rq, DT) * q_scale, DT);
+      qk[i][DK + c] = round_to(round_to(qk[i][DK + c] * rk, DT) * k_scale, DT);
+      if (first_of_key) {
+        k_tape[(bt * HK + hk) * DK + c] = qk[i][DK + c];
+      }
+    }
+    for (int r = lane; r < DV; r += 32) {
+      vs[i][r] = conv_silu(t, 2 * HK * DK + hv * DV + r);
+    }
+    if (lane == 0) {
+      const size_t head = bt * HV + hv;
+      betas[i] = round_to(sigmoid(load(b_in, head)), DT);
+      const float ab = round_to(load(a_in, head) + dt_bias[hv], RA);
+      const float softplus = round_to(fmaxf(ab, 0.0f) + log1pf(expf(-fabsf(ab))), RA);
+      const float g = expf(-(decay * softplus));
+      gs[i] = g;
+      g_tape[head] = g;
     }
   }
   __syncthreads();
 
-  // Gating: the same values in every thread.
-  const size_t head = bt * HV + hv;
-  const float beta = round_to(sigmoid(load(b_in, head)), DT);
-  const float ab = round_to(load(a_in, head) + dt_bias[hv], RA);
-  const float softplus = round_to(fmaxf(ab, 0.0f) + log1pf(expf(-fabsf(ab))), RA);
-  const float g = expf(-(decay * softplus));
-  if (tid == 0) {
-    g_tape[head] = g;
-  }
-
-  float y = 0.0f;
+  // B: the recurrence, one state row a thread.
   if (owns_row) {
-    const float v = conv_silu(t, 2 * HK * DK + hv * DV + dv);
-    float kv = 0.0f;
+    for (int i = 0; i < steps; ++i) {
+      const size_t head = (b * T + t0 + i) * HV + hv;
+      const float g = gs[i];
+      float kv = 0.0f;
 #pragma unroll
-    for (int j = 0; j < DK; ++j) {
-      s[j] = __fmul_rn(s[j], g);
-      kv = fmaf(s[j], qk[DK + j], kv);
-    }
-    const float d = __fmul_rn(__fsub_rn(v, kv), beta);
-    delta[head * DV + dv] = d;
-    float acc = 0.0f;
+      for (int j = 0; j < DK; ++j) {
+        s[j] = __fmul_rn(s[j], g);
+        kv = fmaf(s[j], qk[i][DK + j], kv);
+      }
+      const float d = __fmul_rn(__fsub_rn(vs[i][dv], kv), betas[i]);
+      delta[head * DV + dv] = d;
+      float acc = 0.0f;
 #pragma unroll
-    for (int j = 0; j < DK; ++j) {
-      s[j] = __fadd_rn(s[j], __fmul_rn(qk[DK + j], d));
-      acc = fmaf(s[j], qk[j], acc);
+      for (int j = 0; j < DK; ++j) {
+        s[j] = __fadd_rn(s[j], __fmul_rn(qk[i][DK + j], d));
+        acc = fmaf(s[j], qk[i][j], acc);
+      }
+      ys[i][dv] = round_to(acc, DT);
     }
-    y = round_to(acc, DT);
   }
+  __syncthreads();
 
-  // Gated RMSNorm over the head's DV outputs.
-  block_sum(__fmul_rn(y, y), 0.0f);
-  if (owns_row) {
-    const float r = rsqrtf(total[0] / DV + eps_norm);
-    const float normed = round_to(norm_w[dv] * (y * r), RN);
-    const float zf = load(z, head * DV + dv);
-    const float gate = __fmul_rn(zf, sigmoid(zf));
-    store(out, head * DV + dv, __fmul_rn(gate, normed));
+  // C: the gated RMSNorm over each step's DV outputs.
+  for (int i = warp; i < steps; i += WARPS) {
+    const size_t head = (b * T + t0 + i) * HV + hv;
+    float total = 0.0f;
+    for (int group = 0; group < WARPS; ++group) {
+      const int tau = 32 * group + lane;
+      const float y = tau < DV ? ys[i][tau] : 0.0f;
+      total = __fadd_rn(total, butterfly(__fmul_rn(y, y)));
+    }
+    const float r = rsqrtf(total / DV + eps_norm);
+    for (int row = lane; row < DV; row += 32) {
+      const float normed = round_to(norm_w[row] * (ys[i][row] * r), RN);
+      const float zf = load(z, head * DV + row);
+      const float gate = __fmul_rn(zf, sigmoid(zf));
+      store(out, head * DV + row, __fmul_rn(gate, normed));
+    }
   }
+  __syncthreads();
 }
 
 if (owns_row) {

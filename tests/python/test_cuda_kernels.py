@@ -102,7 +102,15 @@ def variants():
                qmm, [("x", t), ("w", "u32"), ("scales", t), ("biases", t), ("res", t), ("pairs", pairs)],
                [("y", t)],
                [("BITS", bits), ("HALF", half), ("NT", tiles), ("MT", row_tiles), ("GLU", glu),
-                ("RES", res), ("GATHER", gather)])
+                ("RES", res), ("GATHER", gather), ("P1", 0), ("P2", 0), ("P3", 0)])
+    # Split ends (parts apart): the 9B's gated-delta input maps and its attention's q/k/v.
+    for bits, parts in itertools.product((4, 8), ((8192, 12288, 12320), (8192, 9216, 0))):
+        t = "bf16"
+        yield (f"qmm bits={bits} split={parts}", qmm,
+               [("x", t), ("w", "u32"), ("scales", t), ("biases", t), ("res", t), ("pairs", t)],
+               [("y", t)],
+               [("BITS", bits), ("HALF", 0), ("NT", 4), ("MT", 1), ("GLU", 0), ("RES", 0),
+                ("GATHER", 0), ("P1", parts[0]), ("P2", parts[1]), ("P3", parts[2])])
     attn = (KERNELS / "attn_rows.cu").read_text()
     merge = (KERNELS / "attn_merge.cu").read_text()
     # Head dims 32..256 (a lane's share of a key: 1, 2, 4 or 8 elements);
@@ -128,7 +136,7 @@ def variants():
     yield ("gdn_replay", (KERNELS / "gdn_replay.cu").read_text(),
            [("state0", "f32"), ("k", "f32"), ("g", "f32"), ("delta", "f32"), ("n_steps", "i32")],
            [("state_out", "f32")], gdn)
-    for name in ("gdn_layer", "gdn_layer_tiled"):
+    for name in ("gdn_layer",):
         yield from gdn_layer_variants(name)
 
 
