@@ -77,7 +77,7 @@ def qmm(source, name, x, w, scales, biases, bits, nt, warps):
     n = w.shape[0]
     # No fused ends (GLU = RES = GATHER = 0): x stands in for the unread residual and pairs.
     template = [("BITS", bits), ("HALF", int(x.dtype == mx.float16)), ("NT", nt), ("MT", 1 if m <= 16 else 2),
-                ("GLU", 0), ("RES", 0), ("GATHER", 0)]
+                ("GLU", 0), ("RES", 0), ("GATHER", 0), ("P1", 0), ("P2", 0), ("P3", 0)]
     blocks = -(-n // (8 * nt))
     return body_kernel(name, source)(inputs=[x, w, scales, biases, x, x], template=template,
                                      grid=(blocks * 32 * warps, 1, 1), threadgroup=(32 * warps, 1, 1),

@@ -6,7 +6,8 @@
 //   const float* part    [B, HQ, T, NCH, D]   per chunk: sum of p * v
 //   const float* stats   [B, HQ, T, NCH, 2]   per chunk: largest score m, sum of p
 //   (plus part's shape, added by MLX because the body names it)
-//   <T>* out             [B, HQ, T, D]
+//   <T>* out             [B, T, HQ, D]  token-major: as the output projection
+//                        reads it, so no copy transposes it (docs/gpu.md)
 // Template ints: D (head dim), DT (0 f32, 1 bf16, 2 f16). B, HQ, T and NCH
 // are run-time.
 //
@@ -18,8 +19,10 @@
 // sum_c exp(m_c - M) part_c[d] / sum_c exp(m_c - M) sum_c, each sum in chunk
 // order.
 
+const int HQ = part_shape[1];
+const int T = part_shape[2];
 const int NCH = part_shape[3];
-const size_t row = blockIdx.x;
+const size_t row = blockIdx.x;  // (b, head, t) of the partials
 const int d = threadIdx.x;
 const float* st = stats + row * NCH * 2;
 float top = __int_as_float(0xff800000);  // -inf
@@ -37,7 +40,10 @@ for (int c = 0; c < NCH; ++c) {
   }
 }
 const float value = acc / total;
-const size_t at = row * D + d;
+const size_t b = row / ((size_t)HQ * T);
+const int head = (int)(row / T % HQ);
+const int t = (int)(row % T);
+const size_t at = ((b * T + t) * HQ + head) * D + d;
 if constexpr (DT == 0) {
   reinterpret_cast<float*>(out)[at] = value;
 } else if constexpr (DT == 1) {

@@ -17,6 +17,11 @@
 // their rows paired, 16 of gate then the same 16 of up in every 32, and y is
 // silu(gate) * up; RES = 1 when y is res + the output. Both act on each
 // output alone, after its sum: the same for every M.
+// P1, P2, P3 > 0 split the output by parts (docs/gpu.md, "Stacked maps' parts
+// apart"): the columns where parts 1, 2 and 3 of a stacked weight start (0:
+// no such part), and y holds each part's [M, width] rows in turn, so that
+// every part is a contiguous array (not with GLU, RES or GATHER). Only where
+// an output is stored changes.
 // GATHER = 1 for a MoE's experts (docs/gpu.md, "The experts"): w, scales and
 // biases hold one map per expert ([E, N, ..]), and
 //   const int32_t* pairs    [2, P]   the input row and the expert of each output row
@@ -292,10 +297,22 @@ for (int c = warp; c < chunks; c += warps) {
 
 // Output columns: N, or with GLU one per gate / up pair.
 const int NO = GLU ? N / 2 : N;
+// Where output (row, col) is stored: row by row, or part by part (P1..P3).
+auto y_at = [&](int row, int col) -> size_t {
+  if constexpr (P1 > 0) {
+    int start = 0, end = P1;
+    if (col >= P1) start = P1, end = P2 > 0 ? P2 : NO;
+    if (P2 > 0 && col >= P2) start = P2, end = P3 > 0 ? P3 : NO;
+    if (P3 > 0 && col >= P3) start = P3, end = NO;
+    return (size_t)start * M + (size_t)row * (end - start) + (col - start);
+  } else {
+    return y_row(row) * NO + col;
+  }
+};
 auto put = [&](int row, int col, float v) {
   if (row < M && col < NO) {
     if constexpr (RES) v = __fadd_rn(to_float(rs[y_row(row) * NO + col]), to_float(from_float(v)));
-    ys[y_row(row) * NO + col] = from_float(v);
+    ys[y_at(row, col)] = from_float(v);
   }
 };
 // Accumulator e of lane (g, t): row g + 8 * (e / 2), column 2t + e % 2 of

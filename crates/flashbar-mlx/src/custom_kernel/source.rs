@@ -196,6 +196,9 @@ mod tests {
                     ("GLU", glu),
                     ("RES", res),
                     ("GATHER", gather),
+                    ("P1", 0),
+                    ("P2", 0),
+                    ("P3", 0),
                 ],
             )
         };

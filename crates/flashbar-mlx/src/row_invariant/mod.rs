@@ -24,9 +24,9 @@ use mlx_rs::{Array, Dtype};
 
 mod qmm;
 pub use qmm::{
-    gather_quantized_matmul, pair_glu_rows, qmm_launch, quantized_matmul, quantized_matmul_with,
-    takes_gathered, takes_glu, takes_quantized, unpair_glu_columns, Ends, GLU_PAIR, LAUNCH_ENV,
-    WIDE,
+    gather_quantized_matmul, pair_glu_rows, qmm_launch, quantized_matmul, quantized_matmul_parts,
+    quantized_matmul_with, takes_gathered, takes_glu, takes_quantized, unpair_glu_columns, Ends,
+    GLU_PAIR, LAUNCH_ENV, MAX_PARTS, WIDE,
 };
 
 static ATTN: Body = Body::new(
@@ -154,16 +154,19 @@ fn attention(
     })?;
     let [part, stats] = <[Array; 2]>::try_from(partial)
         .map_err(|_| Exception::custom("the attention kernel returned other than two outputs"))?;
+    // Written token-major `[B, T, Hq, D]` and returned as its `[B, Hq, T,
+    // D]` view: the caller's transpose back to tokens is then no copy.
     single(custom_kernel::launch(&Launch {
         body: &MERGE,
         input_names: &["part", "stats"],
         output_names: &["out"],
         inputs: &[&part, &stats],
-        outputs: &[(q.to_vec(), queries.dtype())],
+        outputs: &[(vec![q[0], q[2], q[1], head_dim], queries.dtype())],
         grid: [rows * head_dim, 1, 1],
         group: [head_dim, 1, 1],
         template: &[("D", head_dim), ("DT", dtype)],
-    })?)
+    })?)?
+    .transpose_axes(&[0, 2, 1, 3])
 }
 
 /// Whether [`depthwise_conv`] takes `x` `[B, L, C]` with `weight`

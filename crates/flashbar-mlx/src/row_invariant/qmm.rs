@@ -5,6 +5,7 @@
 use super::{single, MAX_ROWS};
 use crate::custom_kernel::{self, Body, Launch};
 use mlx_rs::error::Exception;
+use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{concatenate, split_equal};
 use mlx_rs::{Array, Dtype};
 
@@ -170,6 +171,74 @@ pub fn quantized_matmul_with(
     bits: i32,
     ends: Ends,
 ) -> Result<Array, Exception> {
+    dense(x, w, scales, biases, group_size, bits, ends, &[])
+}
+
+/// The most parts [`quantized_matmul_parts`] splits a product into.
+pub const MAX_PARTS: usize = 4;
+
+/// [`quantized_matmul`] of a stacked weight whose output columns are
+/// `widths` maps side by side (2 to [`MAX_PARTS`] of them): each map's
+/// product `[.., width]` as a contiguous array, where slices of one
+/// product would be strided views that the next kernel must copy first
+/// for a block of rows (docs/gpu.md, "Stacked maps' parts apart"). The
+/// values are those of the whole product, bit for bit.
+pub fn quantized_matmul_parts(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    biases: &Array,
+    group_size: i32,
+    bits: i32,
+    widths: &[i32],
+) -> Result<Vec<Array>, Exception> {
+    let n = w.shape()[0];
+    if !(2..=MAX_PARTS).contains(&widths.len())
+        || widths.iter().any(|&width| width < 1)
+        || widths.iter().sum::<i32>() != n
+    {
+        return Err(Exception::custom(format!(
+            "qmm kernel: parts {widths:?} do not split a weight of {n} rows"
+        )));
+    }
+    let flat = dense(
+        x,
+        w,
+        scales,
+        biases,
+        group_size,
+        bits,
+        Ends::default(),
+        widths,
+    )?;
+    let lead = &x.shape()[..x.ndim() - 1];
+    let m: i32 = lead.iter().product();
+    let mut start = 0;
+    widths
+        .iter()
+        .map(|&width| {
+            let part = flat.index(start * m..(start + width) * m);
+            start += width;
+            let mut shape = lead.to_vec();
+            shape.push(width);
+            part.reshape(&shape)
+        })
+        .collect()
+}
+
+/// One launch of the dense kernel: with `parts` (the maps' widths, or none)
+/// the output is flat, part after part; else shaped as `x` with `n` columns.
+#[allow(clippy::too_many_arguments)]
+fn dense(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    biases: &Array,
+    group_size: i32,
+    bits: i32,
+    ends: Ends,
+    parts: &[i32],
+) -> Result<Array, Exception> {
     if !takes_quantized(x, scales, group_size, bits) {
         return Err(Exception::custom(format!(
             "qmm kernel: unsupported input {:?} {:?} with {bits}-bit groups of {group_size} \
@@ -226,6 +295,9 @@ pub fn quantized_matmul_with(
         ("GLU", i32::from(ends.glu)),
         ("RES", i32::from(ends.residual.is_some())),
         ("GATHER", 0),
+        ("P1", part_start(parts, 1)),
+        ("P2", part_start(parts, 2)),
+        ("P3", part_start(parts, 3)),
     ];
     // Not gathering: x stands in for the unread pairs too.
     let y = single(custom_kernel::launch(&Launch {
@@ -233,12 +305,26 @@ pub fn quantized_matmul_with(
         input_names: &QMM_INPUTS,
         output_names: &["y"],
         inputs: &[&x2, w, scales, biases, &residual, &x2],
-        outputs: &[(vec![m, out_n], x.dtype())],
+        outputs: &[(vec![m * out_n], x.dtype())],
         grid: [blocks * 32 * warps, 1, 1],
         group: [32 * warps, 1, 1],
         template: &template,
     })?)?;
-    y.reshape(&out_shape)
+    if parts.is_empty() {
+        y.reshape(&out_shape)
+    } else {
+        Ok(y)
+    }
+}
+
+/// The column where part `i` of `parts` starts (the kernel's P1..P3; 0
+/// where there is no such part).
+fn part_start(parts: &[i32], i: usize) -> i32 {
+    if i < parts.len() {
+        parts[..i].iter().sum()
+    } else {
+        0
+    }
 }
 
 /// The qmm body's inputs (`kernels/cuda/qmm.cu`), one list for every call
@@ -318,6 +404,9 @@ pub fn gather_quantized_matmul(
         ("GLU", 0),
         ("RES", 0),
         ("GATHER", 1),
+        ("P1", 0),
+        ("P2", 0),
+        ("P3", 0),
     ];
     // No residual: x stands in for it.
     single(custom_kernel::launch(&Launch {

@@ -68,6 +68,7 @@ pub fn run_all(
         if row_invariant::available(backend) {
             add(row_invariant_checks::qmm()?.into());
             add(row_invariant_checks::qmm_ends()?.into());
+            add(vec![row_invariant_checks::qmm_parts()?]);
             add(row_invariant_checks::gathered_qmm()?.into());
             add(row_invariant_checks::attention()?.into());
             add(row_invariant_checks::conv()?.into());

@@ -5,7 +5,7 @@
 use super::{seeded_values, CheckResult};
 use crate::row_invariant::{
     causal_attention, depthwise_conv, full_attention, gather_quantized_matmul, pair_glu_rows,
-    quantized_matmul, quantized_matmul_with, unpair_glu_columns, Ends,
+    quantized_matmul, quantized_matmul_parts, quantized_matmul_with, unpair_glu_columns, Ends,
 };
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask};
@@ -195,6 +195,52 @@ pub(crate) fn qmm_ends() -> Result<[CheckResult; 2], Exception> {
         1e-2,
         output,
     ))
+}
+
+/// A stacked weight's product written part by part
+/// ([`quantized_matmul_parts`]; docs/gpu.md, "Stacked maps' parts apart"):
+/// each part against the same columns of the whole product, bit for bit,
+/// for blocks of 1 to 32 rows (each part of an M-row call is contiguous).
+/// Returns the elements that differ, over every shape and M.
+pub(crate) fn qmm_parts() -> Result<CheckResult, Exception> {
+    let mut differing = 0.0;
+    // (inputs, the maps' widths, bits, group): a gated-delta layer's four
+    // input maps (narrow) and an attention layer's q/k/v.
+    let shapes: [(i32, &[i32], i32, i32); 2] = [
+        (512, &[768, 256, 32, 32], 4, 64),
+        (384, &[512, 128, 128], 8, 64),
+    ];
+    for (seed, (k, widths, bits, group)) in shapes.into_iter().enumerate() {
+        let dtype = Dtype::Bfloat16;
+        let n: i32 = widths.iter().sum();
+        let seed = 500 + 4 * seed as u64;
+        let w = values(seed, &[n, k], Dtype::Float32)?.multiply(Array::from_f32(0.05))?;
+        let (wq, scales, biases) = quantize(&w.as_dtype(dtype)?, group, bits)?;
+        let x = values(seed + 1, &[1, 32, k], dtype)?;
+        for m in ROWS {
+            let x = x.index((.., ..m, ..));
+            let whole = quantized_matmul(&x, &wq, &scales, &biases, group, bits)?;
+            let parts = quantized_matmul_parts(&x, &wq, &scales, &biases, group, bits, widths)?;
+            let mut start = 0;
+            for (part, width) in parts.iter().zip(widths) {
+                let same_columns = whole.index((.., .., start..start + width));
+                differing += item(
+                    &part
+                        .ne(&same_columns)?
+                        .as_dtype(Dtype::Float32)?
+                        .sum(None)?,
+                )?;
+                start += width;
+            }
+        }
+    }
+    Ok(CheckResult {
+        name: "qmm_parts_vs_whole",
+        max_error: differing,
+        tolerance: 0.0,
+        cross_device_tolerance: f64::INFINITY,
+        output: Vec::new(),
+    })
 }
 
 /// The same two checks for a MoE's experts (docs/gpu.md, "The experts"):

@@ -343,6 +343,31 @@ impl LinearWeight {
         })
     }
 
+    /// The row-invariant matmul of a stacked weight whose columns are maps
+    /// of `widths`, each map's product a contiguous array of its own
+    /// (docs/gpu.md, "Stacked maps' parts apart"); None where another path
+    /// multiplies or the maps are too many.
+    fn apply_parts(&self, x: &Array, widths: &[i32]) -> Result<Option<Vec<Array>>> {
+        let LinearWeight::Quantized(q) = self else {
+            return Ok(None);
+        };
+        if !(q.row_kernel
+            && widths.len() <= row_invariant::MAX_PARTS
+            && row_invariant::takes_quantized(x, &q.scales, q.group_size, q.bits))
+        {
+            return Ok(None);
+        }
+        Ok(Some(row_invariant::quantized_matmul_parts(
+            x,
+            &q.weight,
+            &q.scales,
+            &q.biases,
+            q.group_size,
+            q.bits,
+            widths,
+        )?))
+    }
+
     /// The row-invariant matmul with its [`Ends`] fused in, where it takes
     /// `x` (the activations, or a SwiGLU's `[gate | up]` halves); None where
     /// another path multiplies (the CPU, prefill, other formats).

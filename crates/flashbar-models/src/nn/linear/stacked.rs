@@ -33,6 +33,16 @@ pub struct Fused {
 /// ([`Fused`]); benchmarks compare the two.
 pub const STACK_MAPS_ENV: &str = "FLASHBAR_STACK_MAPS";
 
+/// `0` keeps a stacked product whole on the row-invariant kernel's path,
+/// each map's part a strided slice of it, instead of each part written
+/// apart ([`Fused::forward`]); benchmarks compare the two.
+pub const SPLIT_PARTS_ENV: &str = "FLASHBAR_SPLIT_PARTS";
+
+fn split_parts() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(SPLIT_PARTS_ENV).as_deref() != Ok("0"))
+}
+
 impl Fused {
     pub fn load(weights: &mut Weights, paths: &[String]) -> Result<Self> {
         Self::of(load_parts(weights, paths)?)
@@ -182,6 +192,16 @@ impl Fused {
                         Some(*end)
                     })
                     .collect();
+                // A block of rows only: a single row's parts are contiguous
+                // slices already, and the parts' own views cost a decode step
+                // more host time than they save (docs/gpu.md, "Stacked maps'
+                // parts apart").
+                let rows: i32 = x.shape()[..x.ndim() - 1].iter().product();
+                if !self.paired && rows > 1 && split_parts() {
+                    if let Some(parts) = weight.apply_parts(x, cols)? {
+                        return Ok(parts);
+                    }
+                }
                 let all = weight.apply(x)?;
                 if self.paired {
                     let (gate, up) = row_invariant::unpair_glu_columns(&all)?;
