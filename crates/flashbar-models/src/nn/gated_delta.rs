@@ -72,8 +72,11 @@ enum Recorded {
 
 #[derive(Clone)]
 struct ArrayTape {
-    /// The previous conv state followed by the T raw qkv rows `[B, K-1+T, C]`.
-    conv_input: Array,
+    /// The previous conv state `[B, K-1, C]` and the T raw qkv rows `[B, T,
+    /// C]`, kept apart: joined, they would cost a verify two copies a layer
+    /// for the rollback's K-1 rows, which are mostly the rows' own.
+    conv_before: Array,
+    rows: Array,
     /// The recurrent state before the forward.
     ssm_before: Array,
     /// Normalized keys `[B, T, Hk, Dk]`, decays `[B, T, Hv]`, and the per-step
@@ -104,7 +107,9 @@ impl GdnTape {
     /// The MLX arrays it holds (none on the host path).
     pub fn arrays(&self) -> Vec<&Array> {
         match &self.0 {
-            Recorded::Arrays(t) => vec![&t.conv_input, &t.ssm_before, &t.k, &t.g, &t.delta],
+            Recorded::Arrays(t) => {
+                vec![&t.conv_before, &t.rows, &t.ssm_before, &t.k, &t.g, &t.delta]
+            }
             Recorded::Host(_) => Vec::new(),
         }
     }
@@ -124,11 +129,19 @@ impl GdnTape {
             Recorded::Arrays(t) => t,
         };
         state.host = None;
-        state.conv = Some(
-            t.conv_input
-                .index((.., accepted..(accepted + t.conv_kernel - 1), ..))
-                .contiguous()?,
-        );
+        // Rows accepted .. accepted + K-1 of the conv state followed by the rows.
+        let window = t.conv_kernel - 1;
+        state.conv = Some(match accepted {
+            0 => t.conv_before.clone(),
+            a if a >= window => t.rows.index((.., (a - window)..a, ..)).contiguous()?,
+            a => concatenate(
+                &[
+                    t.conv_before.index((.., a.., ..)),
+                    t.rows.index((.., ..a, ..)),
+                ],
+                1,
+            )?,
+        });
         let (before, k, g, delta) = (&t.ssm_before, &t.k, &t.g, &t.delta);
         state.ssm = Some(match t.by {
             Recurrence::Kernel => gdn_kernels::replay(before, k, g, delta, accepted)?,
@@ -290,7 +303,8 @@ impl GatedDeltaNet {
             state.ssm = Some(out.state);
             let tape = if record {
                 Some(GdnTape(Recorded::Arrays(ArrayTape {
-                    conv_input: concatenate(&[conv_state, qkv], 1)?,
+                    conv_before: conv_state,
+                    rows: qkv,
                     ssm_before: ssm,
                     k: out.k,
                     g: out.g,
@@ -325,8 +339,8 @@ impl GatedDeltaNet {
             Some(c) => c.clone(),
             None => zeros_dtype(&[b, self.conv_kernel - 1, conv_dim], x.dtype())?,
         };
+        let conv_for_tape = record.then(|| (conv_state.clone(), qkv.clone()));
         let conv_input = concatenate(&[conv_state, qkv], 1)?;
-        let conv_for_tape = record.then(|| conv_input.clone());
         let total = conv_input.shape()[1];
         state.conv = Some(
             conv_input
@@ -378,15 +392,18 @@ impl GatedDeltaNet {
         };
         state.ssm = Some(new_ssm);
         let tape = match (conv_for_tape, delta) {
-            (Some(conv_input), Some(delta)) => Some(GdnTape(Recorded::Arrays(ArrayTape {
-                conv_input,
-                ssm_before: ssm,
-                k,
-                g,
-                delta,
-                conv_kernel: self.conv_kernel,
-                by,
-            }))),
+            (Some((conv_before, rows)), Some(delta)) => {
+                Some(GdnTape(Recorded::Arrays(ArrayTape {
+                    conv_before,
+                    rows,
+                    ssm_before: ssm,
+                    k,
+                    g,
+                    delta,
+                    conv_kernel: self.conv_kernel,
+                    by,
+                })))
+            }
             _ => None,
         };
 
