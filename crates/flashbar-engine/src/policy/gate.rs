@@ -216,6 +216,17 @@ impl Gate {
         self.shadow_failures = 0;
         self.recent_gain = 0.0;
         self.request_gain = 0.0;
+        // Earlier answers' shadows do not keep this one from its opening
+        // shadow where one draft fits its own budget: its text is new, and
+        // a debt of a few drafts once kept an answer the drafter got right
+        // 15 tokens a round plain to its end (docs/dflash.md, "An answer's
+        // opening shadow").
+        if self
+            .draft_steps()
+            .is_some_and(|d| d <= self.affordable_loss)
+        {
+            self.shadow_credit = self.shadow_credit.max(0.0);
+        }
         let cheap = self.probe_is_cheap();
         if cheap {
             // What earlier answers' backoffs left is not this answer's to

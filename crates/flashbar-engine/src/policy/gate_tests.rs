@@ -534,3 +534,44 @@ fn where_a_draft_is_dear_failed_shadows_still_wait_for_at_most_a_full_credit() {
     assert!(trace.matches('s').count() >= 5, "{trace}");
     assert!(!trace.contains('d'), "{trace}");
 }
+
+#[test]
+fn an_answer_s_opening_shadow_is_paid_from_its_own_budget_whatever_earlier_answers_spent() {
+    // GPU-like: plain steps 10 ms, a draft 8 ms (0.8 steps), rounds 25 ms.
+    // Answers whose text defeats the drafter spend the shadow credit on
+    // their shadows (say it stands at -3 steps, 100 tokens of credit); then
+    // comes an answer the drafter gets 15 tokens a round right. One draft
+    // fits its own budget (3% of 96 tokens: 2.9 steps), so it is probed by
+    // a shadow at once and speculates; the debt once kept such answers
+    // plain to their end (measured on an H100, 2026-12-06: auto 1.09x
+    // where forced DFlash ran 4.87x on the deterministic prompts).
+    let losing = Machine {
+        ar_ms: 10.0,
+        round_ms: 25.0,
+        committed: 1,
+    };
+    let mut g = gate();
+    drive(&mut g, &losing, 8);
+    g.begin_request(96);
+    drive(&mut g, &losing, 96);
+    assert!(g.draft_steps().is_some(), "a shadow has timed a draft");
+    g.shadow_credit = -3.0;
+    g.begin_request(96);
+    assert_eq!(g.plan(), Plan::Shadow);
+    let winning = Machine {
+        ar_ms: 10.0,
+        round_ms: 25.0,
+        committed: 15,
+    };
+    let trace = drive(&mut g, &winning, 6);
+    assert!(trace.starts_with('s') && trace.ends_with("ddd"), "{trace}");
+    // Where one draft is more than the answer's budget (a CPU-like 4-step
+    // draft against a 32-token answer's 0.96), the debt stands.
+    let mut g = gate();
+    drive(&mut g, &losing, 8);
+    assert_eq!(g.state(), GateState::Floored);
+    g.calibration().draft_steps = Some(4.0);
+    g.shadow_credit = -3.0;
+    g.begin_request(32);
+    assert!(matches!(g.plan(), Plan::Plain(_)), "{:?}", g.plan());
+}
