@@ -16,6 +16,8 @@ set (e.g. FLASHBAR_GDN_LAYER=0: the gated-delta layers op by op).
 the block, rollback): the same two runs with `--speculation dflash`,
 divided by the difference in rounds (bench/dflash_round.py makes a random
 drafter for a bench checkpoint; its rounds commit one token each).
+`--sequence` also prints the kernels of one decode step (one round) in the
+order they ran, runs of a name folded (`name x N`): where each copy sits.
 """
 
 import argparse
@@ -87,12 +89,41 @@ def profile(binary, model, prompt, tokens, env, drafter=None):
     rows = list(csv.DictReader(io.StringIO(text[start:])))
     rows = [r for r in rows if r.get("ID", "").isdigit()]  # drop the units row
     counts, times = collections.Counter(), collections.Counter()
+    names = [row["Kernel Name"] for row in rows]
     for row in rows:
         label = group(row["Kernel Name"])
         counts[label] += 1
         value = row.get("gpu__time_duration.sum", "0").replace(",", "")
         times[label] += float(value or 0)
-    return (generated if drafter is None else rounds), counts, times
+    return (generated if drafter is None else rounds), counts, times, names
+
+
+def last_unit(names, dflash, per_unit):
+    """With `dflash`, the kernels of the run's last full round: from after
+    one rollback's replays to the end of the next (a random drafter's rounds
+    all roll back). Else the run's last `per_unit` kernels: a decode step's
+    worth, not cut at a step's start (no kernel name marks it)."""
+    if not dflash:
+        return names[-per_unit:]
+    # A rollback: replays (one a gated-delta layer) at most 3 kernels apart
+    # (a layer's conv-state rows may be copied between them).
+    replays = [i for i, n in enumerate(names) if "flashbar_gdn_replay" in n]
+    ends = [i for i, nxt in zip(replays, replays[1:] + [None]) if nxt is None or nxt - i > 4]
+    if len(ends) < 3:
+        return []
+    return names[ends[-3] + 1:ends[-2] + 1]
+
+
+def folded(names):
+    """`name x N` for each run of one name, the names cut to their first 60 characters."""
+    out = []
+    for name in names:
+        short = name.split("(")[0][:60]
+        if out and out[-1][0] == short:
+            out[-1][1] += 1
+        else:
+            out.append([short, 1])
+    return [f"{n} x {c}" if c > 1 else n for n, c in out]
 
 
 def main():
@@ -104,12 +135,14 @@ def main():
     parser.add_argument("--also", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]")
     parser.add_argument("--dflash", type=Path, default=None, metavar="DRAFTER",
                         help="count forced DFlash rounds with this drafter instead of decode steps")
+    parser.add_argument("--sequence", action="store_true",
+                        help="also print one step's (round's) kernels in order")
     args = parser.parse_args()
     unit = "decode step" if args.dflash is None else "DFlash round"
     runs = [("default", {})] + [
         (spec, dict(item.split("=", 1) for item in spec.split(","))) for spec in args.also]
     for label, env in runs:
-        (t1, c1, s1), (t2, c2, s2) = (
+        (t1, c1, s1, _), (t2, c2, s2, names) = (
             profile(args.flashbar, args.model, args.prompt, n, env, args.dflash) for n in args.tokens)
         if t1 is None or t2 is None or t2 <= t1:
             print(f"{label}: could not read the {unit} counts ({t1}, {t2})")
@@ -122,6 +155,11 @@ def main():
             per_step = (c2[name] - c1[name]) / steps
             if per_step:
                 print(f"  {name:<30}{per_step:>7.1f}  {s2[name] / c2[name] / 1e3:>8.1f} us")
+        if args.sequence:
+            unit_names = last_unit(names, args.dflash is not None, round(total))
+            print(f"  the last {unit}'s {len(unit_names)} kernels in order:")
+            for line in folded(unit_names):
+                print(f"    {line}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Device side, after scripts/h200-remote.sh has collected the pack's parts:
+# named benchmark steps run in one call, each under its own time limit, their
+# output in $OUT (docs/gpu.md, "Measuring on the GPU").
+#   bash bench/h200-steps.sh unpack gdn vs9b accept ...
+# Steps: unpack, gdn (the gated-delta layer kernel checked and timed),
+# vs9b (9B shape vs mlx-lm at 1,024 tokens, $ALSO as a column of ours),
+# round (a DFlash round at 1,024 and 8,192 tokens, ours and with $ALSO),
+# counts (kernels of a step and of a forced DFlash round, in order too),
+# sequence (a round's kernels in order), ab (rounds at 1,024 tokens, ours
+# and $ALSO in turn, twice), peak (a prefill's peak memory stepwise), accept (the embedded pair:
+# lossless, forced and auto; accept-also: the same with $ALSO), smoke, save (kernel caches).
+# ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+pkg=/tmp/flashbar-h200/pkg
+bin=$pkg/flashbar
+export PYTHONPATH=$pkg PYTHONUNBUFFERED=1 MLX_CUDA_GRAPH_CACHE_SIZE=4000
+export MLX_PTX_CACHE_DIR=/tmp/fb/mlx-ptx FLASHBAR_NVRTC_CACHE=/tmp/fb/nvrtc CUDA_CACHE_PATH=/tmp/fb/cuda-jit
+nine=target/bench/qwen3.5-9b-4bit
+also=${ALSO:-FLASHBAR_SPLIT_PARTS=0}
+restore() { # NAME DIR
+  [ -d "$2" ] && return
+  mkdir -p "$2"
+  for from in .jit-cache /tmp/flashbar-h200/jit-cache; do
+    if [ -f "$from/$1.tgz" ]; then tar -C "$2" -xzf "$from/$1.tgz"; return; fi
+  done
+}
+run() { # SECONDS NAME CMD...: output to $OUT/NAME.txt, its tail here
+  local limit=$1 name=$2 started=$SECONDS
+  shift 2
+  echo "== $name"
+  timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1
+  echo "exit $? in $((SECONDS - started)) s"
+  tail -"${TAIL:-14}" "$OUT/$name.txt"
+}
+for step in "$@"; do
+  case $step in
+    unpack)
+      bash scripts/h200-remote.sh collect unpack > /dev/null
+      restore mlx-ptx "$MLX_PTX_CACHE_DIR"
+      restore flashbar-nvrtc "$FLASHBAR_NVRTC_CACHE"
+      restore cuda-jit "$CUDA_CACHE_PATH"
+      ;;
+    gdn)
+      run 200 gdn python3 bench/gpu_kernels.py --gdn-only ${GDN_OLD:+--gdn-old "$GDN_OLD"}
+      grep -c '"ok": true' "$OUT/gdn.txt"; grep '"ok": false' "$OUT/gdn.txt" | head -5
+      ;;
+    vs9b)
+      run 300 vs9b python3 bench/vs_mlx_lm.py --flashbar "$bin" --shape qwen3.5-9b \
+        --prompt-tokens 1024 --exact-prompt --bandwidth 2830 --also "$also"
+      ;;
+    round)
+      run 200 round python3 bench/dflash_round.py --flashbar "$bin" --dir "$nine" --no-reference
+      run 200 round-also env ${also//,/ } python3 bench/dflash_round.py --flashbar "$bin" --dir "$nine" \
+        --no-reference
+      ;;
+    counts)
+      run 200 counts python3 bench/launch_counts.py --flashbar "$bin" --model "$nine" \
+        --dflash target/bench/qwen3.5-9b-4bit-drafter5 --also "$also" --sequence
+      ;;
+    sequence)
+      run 200 sequence python3 bench/launch_counts.py --flashbar "$bin" --model "$nine" \
+        --dflash target/bench/qwen3.5-9b-4bit-drafter5 --sequence
+      ;;
+    ab)
+      # ours and $ALSO in turn, twice each, at 1,024 tokens (a noisy machine)
+      for i in 1 2; do
+        TAIL=3 run 100 "ab-ours-$i" python3 bench/dflash_round.py --flashbar "$bin" --dir "$nine" \
+          --no-reference --contexts 1024
+        TAIL=3 run 100 "ab-also-$i" env ${also//,/ } python3 bench/dflash_round.py --flashbar "$bin" \
+          --dir "$nine" --no-reference --contexts 1024
+      done
+      ;;
+    peak)
+      run 200 peak "$pkg/prefill_peak" "$nine" --stepwise 256 1024
+      ;;
+    accept)
+      run 200 accept python3 bench/acceptance.py --flashbar "$bin" --no-reference \
+        --max-tokens 96 --repeats 2 --json "$OUT/accept.json"
+      ;;
+    accept-also)
+      run 200 accept-also env ${also//,/ } python3 bench/acceptance.py --flashbar "$bin" \
+        --no-reference --max-tokens 96 --repeats 2 --json "$OUT/accept-also.json"
+      ;;
+    smoke)
+      run 300 smoke "$bin" smoke
+      ;;
+    save)
+      tar -C "$MLX_PTX_CACHE_DIR" -czf "$OUT/mlx-ptx.tgz" .
+      tar -C "$FLASHBAR_NVRTC_CACHE" --exclude='*.cu' -czf "$OUT/flashbar-nvrtc.tgz" .
+      tar -C "$CUDA_CACHE_PATH" -czf "$OUT/cuda-jit.tgz" .
+      ;;
+    *) echo "unknown step $step" >&2; exit 2 ;;
+  esac
+done
