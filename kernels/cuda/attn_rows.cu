@@ -17,6 +17,12 @@
 // query attends writes m = -inf, sum 0 (and no part), which the merge skips.
 // Template ints: D (head dim: 32, 64, 128 or 256), GROUP (query heads per KV
 // head), DT (0 f32, 1 bf16, 2 f16), CAUSAL. B, HQ, T and L are run-time.
+// Built with KV_ROOM defined (`row_invariant`'s ATTN_ROOM), k and v are
+// buffers with room, [B, HKV, CAP, D], of which the first L positions are
+// the cache, and one more parameter gives L:
+//   const int* length [1]
+// (docs/gpu.md, "A KV cache with room"). Only where a head's rows start
+// changes: CAP apart instead of L.
 //
 // One block of 256 threads (8 warps) per (b, KV head, chunk c, query i),
 // i fastest, so the T blocks reading one chunk run side by side and share it
@@ -44,7 +50,13 @@ constexpr int LOADS = 4;  // keys a warp loads before it uses them
 
 const int HQ = q_shape[1];
 const int T = q_shape[2];
+#ifdef KV_ROOM
+const int CAP = k_shape[2];
+const int L = length[0];
+#else
 const int L = k_shape[2];
+const int CAP = L;
+#endif
 const int HKV = HQ / GROUP;
 const int NCH = (L + CHUNK - 1) / CHUNK;
 int at_block = blockIdx.x;
@@ -130,7 +142,7 @@ auto load_vec = [](const void* base, size_t at, float* out) {
 __shared__ float probs[GROUP][CHUNK];
 __shared__ float sums[GROUP * D];
 
-const size_t kv_at = ((size_t)b * HKV + kv_head) * L * D;
+const size_t kv_at = ((size_t)b * HKV + kv_head) * CAP * D;
 const float sc = scale[0];
 float qr[GROUP][VEC];
 #pragma unroll

@@ -121,6 +121,13 @@ def variants():
         yield (f"attn_rows D={dim} DT={dt} CAUSAL={causal} GROUP={group}", attn,
                [("q", t), ("k", t), ("v", t), ("scale", "f32")], [("part", "f32"), ("stats", "f32")],
                [("D", dim), ("GROUP", group), ("DT", dt), ("CAUSAL", causal)])
+    # The cache in buffers with room (row_invariant's ATTN_ROOM: the body after a define).
+    for dim, dt in itertools.product((128, 256), (1, 2)):
+        t = ("f32", "bf16", "f16")[dt]
+        yield (f"attn_rows KV_ROOM D={dim} DT={dt}", "#define KV_ROOM 1\n" + attn,
+               [("q", t), ("k", t), ("v", t), ("scale", "f32"), ("length", "i32")],
+               [("part", "f32"), ("stats", "f32")],
+               [("D", dim), ("GROUP", 4), ("DT", dt), ("CAUSAL", 1)])
     for dim, dt in itertools.product((32, 64, 128, 256), (0, 1, 2)):
         t = ("f32", "bf16", "f16")[dt]
         yield (f"attn_merge D={dim} DT={dt}", merge, [("part", "f32"), ("stats", "f32")], [("out", t)],

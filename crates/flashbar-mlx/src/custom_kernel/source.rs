@@ -163,10 +163,15 @@ mod tests {
             Dtype::Uint32,
             Dtype::Int32,
         );
+        // "FILE (KV_ROOM)": the body as `row_invariant` builds it with that define.
         let kernel = |file: &str| {
+            let (file, prefix) = match file.strip_suffix(" (KV_ROOM)") {
+                Some(file) => (file, "#define KV_ROOM 1\n"),
+                None => (file, ""),
+            };
             let path = format!("{}/../../kernels/cuda/{file}", env!("CARGO_MANIFEST_DIR"));
-            let source: &'static str =
-                Box::leak(std::fs::read_to_string(path).unwrap().into_boxed_str());
+            let text = prefix.to_string() + &std::fs::read_to_string(path).unwrap();
+            let source: &'static str = Box::leak(text.into_boxed_str());
             Box::leak(Box::new(Body::new("k", source))) as &'static Body
         };
         type Case = (
@@ -214,6 +219,18 @@ mod tests {
                     ("k", a(bf, 4)),
                     ("v", a(bf, 4)),
                     ("scale", a(f, 1)),
+                ],
+                vec![("part", f), ("stats", f)],
+                vec![("D", 256), ("GROUP", 4), ("DT", 1), ("CAUSAL", 1)],
+            ),
+            (
+                "attn_rows.cu (KV_ROOM)",
+                vec![
+                    ("q", a(bf, 4)),
+                    ("k", a(bf, 4)),
+                    ("v", a(bf, 4)),
+                    ("scale", a(f, 1)),
+                    ("length", a(i, 1)),
                 ],
                 vec![("part", f), ("stats", f)],
                 vec![("D", 256), ("GROUP", 4), ("DT", 1), ("CAUSAL", 1)],

@@ -34,6 +34,16 @@ static ATTN: Body = Body::new(
     include_str!("../../../../kernels/cuda/attn_rows.cu"),
 );
 
+/// The same body for keys and values in buffers with room, the cache's
+/// length given apart ([`causal_attention_in`]).
+static ATTN_ROOM: Body = Body::new(
+    "attn_rows_room",
+    concat!(
+        "#define KV_ROOM 1\n",
+        include_str!("../../../../kernels/cuda/attn_rows.cu")
+    ),
+);
+
 static MERGE: Body = Body::new(
     "attn_merge",
     include_str!("../../../../kernels/cuda/attn_merge.cu"),
@@ -89,7 +99,22 @@ pub fn causal_attention(
     values: &Array,
     scale: f32,
 ) -> Result<Array, Exception> {
-    attention(queries, keys, values, scale, true)
+    attention(queries, keys, values, None, scale, true)
+}
+
+/// [`causal_attention`] over a cache kept in buffers with room: `keys` and
+/// `values` `[B, Hkv, CAP, D]`, of which the first `length` positions are
+/// the cache (the T new ones last). Each query reads and sums exactly what
+/// [`causal_attention`] over the first `length` positions does
+/// (docs/gpu.md, "A KV cache with room"). Check [`takes_attention`] first.
+pub fn causal_attention_in(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    length: i32,
+    scale: f32,
+) -> Result<Array, Exception> {
+    attention(queries, keys, values, Some(length), scale, true)
 }
 
 /// Attention of T queries over all L keys (a drafted block over its
@@ -102,19 +127,22 @@ pub fn full_attention(
     values: &Array,
     scale: f32,
 ) -> Result<Array, Exception> {
-    attention(queries, keys, values, scale, false)
+    attention(queries, keys, values, None, scale, false)
 }
 
 fn attention(
     queries: &Array,
     keys: &Array,
     values: &Array,
+    length: Option<i32>,
     scale: f32,
     causal: bool,
 ) -> Result<Array, Exception> {
-    if !takes_attention(queries, keys) || values.shape() != keys.shape() {
+    let fits = length.is_none_or(|n| (queries.shape()[2]..=keys.shape()[2]).contains(&n));
+    if !takes_attention(queries, keys) || values.shape() != keys.shape() || !fits {
         return Err(Exception::custom(format!(
-            "attention kernel: unsupported queries {:?} {:?} over keys {:?} and values {:?}",
+            "attention kernel: unsupported queries {:?} {:?} over keys {:?} and values {:?} \
+             (length {length:?})",
             queries.shape(),
             queries.dtype(),
             keys.shape(),
@@ -129,8 +157,9 @@ fn attention(
         _ => 2,
     };
     let scale = Array::from_slice(&[scale], &[1]);
-    let (kv_heads, length) = (keys.shape()[1], keys.shape()[2]);
-    let chunks = (length + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    let kv_heads = keys.shape()[1];
+    let filled = length.unwrap_or(keys.shape()[2]);
+    let chunks = (filled + ATTN_CHUNK - 1) / ATTN_CHUNK;
     let template = [
         ("D", head_dim),
         ("GROUP", q[1] / kv_heads),
@@ -139,11 +168,24 @@ fn attention(
     ];
     // Each chunk's partial softmax, then the chunks merged in order
     // (kernels/cuda/attn_rows.cu, attn_merge.cu).
+    let length = length.map(|n| Array::from_slice(&[n], &[1]));
+    let (body, input_names, inputs): (&Body, &[&str], Vec<&Array>) = match &length {
+        Some(n) => (
+            &ATTN_ROOM,
+            &["q", "k", "v", "scale", "length"],
+            vec![queries, keys, values, &scale, n],
+        ),
+        None => (
+            &ATTN,
+            &["q", "k", "v", "scale"],
+            vec![queries, keys, values, &scale],
+        ),
+    };
     let partial = custom_kernel::launch(&Launch {
-        body: &ATTN,
-        input_names: &["q", "k", "v", "scale"],
+        body,
+        input_names,
         output_names: &["part", "stats"],
-        inputs: &[queries, keys, values, &scale],
+        inputs: &inputs,
         outputs: &[
             (vec![q[0], q[1], q[2], chunks, head_dim], Dtype::Float32),
             (vec![q[0], q[1], q[2], chunks, 2], Dtype::Float32),

@@ -71,6 +71,7 @@ pub fn run_all(
             add(vec![row_invariant_checks::qmm_parts()?]);
             add(row_invariant_checks::gathered_qmm()?.into());
             add(row_invariant_checks::attention()?.into());
+            add(vec![row_invariant_checks::attention_room()?]);
             add(row_invariant_checks::conv()?.into());
         }
         if gdn_kernels::layer_available(backend) {

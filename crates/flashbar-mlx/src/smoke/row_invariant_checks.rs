@@ -4,8 +4,9 @@
 
 use super::{seeded_values, CheckResult};
 use crate::row_invariant::{
-    causal_attention, depthwise_conv, full_attention, gather_quantized_matmul, pair_glu_rows,
-    quantized_matmul, quantized_matmul_parts, quantized_matmul_with, unpair_glu_columns, Ends,
+    causal_attention, causal_attention_in, depthwise_conv, full_attention, gather_quantized_matmul,
+    pair_glu_rows, quantized_matmul, quantized_matmul_parts, quantized_matmul_with,
+    unpair_glu_columns, Ends,
 };
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask};
@@ -369,6 +370,42 @@ pub(crate) fn attention() -> Result<[CheckResult; 2], Exception> {
         2e-2,
         Vec::new(),
     ))
+}
+
+/// The cache in buffers with room ([`causal_attention_in`]; docs/gpu.md,
+/// "A KV cache with room"): 16 queries over the first L positions of a
+/// buffer whose tail holds other values, against the same over the L
+/// positions alone, bit for bit. Returns the elements that differ.
+pub(crate) fn attention_room() -> Result<CheckResult, Exception> {
+    let mut differing = 0.0;
+    for (seed, (heads, kv_heads, dim, length)) in
+        [(16, 4, 256, 530), (6, 2, 64, 300), (32, 2, 128, 1100)]
+            .into_iter()
+            .enumerate()
+    {
+        let dtype = Dtype::Bfloat16;
+        let seed = 10 * seed as u64;
+        let t = 16;
+        let capacity = (length / 256 + 2) * 256;
+        let q = values(900 + seed, &[1, heads, t, dim], dtype)?;
+        let kb = values(910 + seed, &[1, kv_heads, capacity, dim], dtype)?;
+        let vb = values(920 + seed, &[1, kv_heads, capacity, dim], dtype)?;
+        let (k, v) = (
+            kb.index((.., .., ..length, ..)).contiguous()?,
+            vb.index((.., .., ..length, ..)).contiguous()?,
+        );
+        let scale = (dim as f32).powf(-0.5);
+        let exact = causal_attention(&q, &k, &v, scale)?;
+        let room = causal_attention_in(&q, &kb, &vb, length, scale)?;
+        differing += item(&room.ne(&exact)?.as_dtype(Dtype::Float32)?.sum(None)?)?;
+    }
+    Ok(CheckResult {
+        name: "attention_room_vs_exact",
+        max_error: differing,
+        tolerance: 0.0,
+        cross_device_tolerance: f64::INFINITY,
+        output: Vec::new(),
+    })
 }
 
 /// The same two checks for the gated-delta layers' depthwise convolution

@@ -9,8 +9,8 @@ use crate::nn::linear::{row_kernels, Fused, Linear, Onto, Weights};
 use crate::nn::{fused, host};
 use flashbar_mlx::row_invariant;
 use mlx_rs::fast::{rms_norm, scaled_dot_product_attention, ScaledDotProductAttentionMask};
-use mlx_rs::ops::indexing::IndexOp;
-use mlx_rs::ops::{concatenate, split_equal};
+use mlx_rs::ops::indexing::{IndexOp, TryIndexUpdateOp, UpdateMode};
+use mlx_rs::ops::{concatenate, split_equal, zeros_dtype};
 use mlx_rs::Array;
 
 /// Keys and values of the tokens seen so far: MLX arrays `[B, kv_heads,
@@ -22,14 +22,32 @@ pub struct KvCache {
     pub(crate) keys: Option<Array>,
     pub(crate) values: Option<Array>,
     pub(crate) host: Option<HostKv>,
+    /// Where `keys` and `values` are buffers with room (`[B, kv_heads,
+    /// capacity, head_dim]`, [`KvCache::append_in_place`]): how many of
+    /// their positions are the cache. None: they are exactly the cache.
+    filled: Option<i32>,
+}
+
+/// Positions a buffer with room grows by (docs/gpu.md, "A KV cache with room").
+const ROOM_STEP: i32 = 256;
+
+/// `1` keeps the target's KV cache on CUDA in buffers with room, written in
+/// place, instead of joined anew each forward; not yet the default (docs/gpu.md,
+/// "A KV cache with room").
+pub const KV_IN_PLACE_ENV: &str = "FLASHBAR_KV_IN_PLACE";
+
+fn kv_in_place() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(KV_IN_PLACE_ENV).as_deref() == Ok("1"))
 }
 
 impl KvCache {
     /// Tokens cached so far (the RoPE offset of the next one).
     pub fn len(&self) -> i32 {
-        match &self.host {
-            Some(host) => host.len() as i32,
-            None => self.keys.as_ref().map_or(0, |k| k.shape()[2]),
+        match (&self.host, self.filled) {
+            (Some(host), _) => host.len() as i32,
+            (None, Some(filled)) => filled,
+            (None, None) => self.keys.as_ref().map_or(0, |k| k.shape()[2]),
         }
     }
 
@@ -42,6 +60,11 @@ impl KvCache {
         let keep = (self.len() - count).max(0);
         if let Some(host) = &mut self.host {
             host.truncate(keep as usize);
+        }
+        if self.filled.is_some() {
+            // The positions past `keep` are written over by the next append.
+            self.filled = Some(keep);
+            return;
         }
         let cut = |a: &Array| a.index((.., .., ..keep, ..));
         self.keys = self.keys.as_ref().map(cut);
@@ -59,13 +82,28 @@ impl KvCache {
     pub fn keys_values(&self) -> Result<Option<(Array, Array)>> {
         Ok(match (&self.host, &self.keys, &self.values) {
             (Some(host), ..) => Some(host.arrays()?),
-            (None, Some(k), Some(v)) => Some((k.clone(), v.clone())),
+            (None, Some(k), Some(v)) => match self.filled {
+                Some(n) => Some((
+                    k.index((.., .., ..n, ..)).contiguous()?,
+                    v.index((.., .., ..n, ..)).contiguous()?,
+                )),
+                None => Some((k.clone(), v.clone())),
+            },
             _ => None,
         })
     }
 
+    /// The arrays exactly the cache again, where they were buffers with room.
+    fn exact(&mut self) {
+        if let (Some(n), Some(k), Some(v)) = (self.filled.take(), &self.keys, &self.values) {
+            self.keys = Some(k.index((.., .., ..n, ..)));
+            self.values = Some(v.index((.., .., ..n, ..)));
+        }
+    }
+
     /// The host cache, made from the arrays if they held it.
     pub(crate) fn host(&mut self, kv_heads: usize, d: usize) -> Result<&mut HostKv> {
+        self.exact();
         if self.host.is_none() {
             let kv = match (self.keys.take(), self.values.take()) {
                 (Some(k), Some(v)) => HostKv::of(&k, &v)?,
@@ -91,6 +129,7 @@ impl KvCache {
 
     /// Keeps the latest `rows` positions (drops the oldest).
     pub(crate) fn keep_last(&mut self, rows: usize) {
+        self.exact();
         if let Some(host) = &mut self.host {
             host.keep_last(rows);
         }
@@ -107,6 +146,7 @@ impl KvCache {
     /// `keys`, `values` appended along the positions by MLX's concatenate.
     fn append(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
         self.move_to_arrays()?;
+        self.exact();
         let (keys, values) = match (&self.keys, &self.values) {
             (Some(k), Some(v)) => (concatenate(&[k, &keys], 2)?, concatenate(&[v, &values], 2)?),
             _ => (keys, values),
@@ -114,6 +154,45 @@ impl KvCache {
         self.keys = Some(keys.clone());
         self.values = Some(values.clone());
         Ok((keys, values))
+    }
+
+    /// `keys`, `values` (`[B, kv_heads, L, head_dim]`) written in place
+    /// after the cache's positions, in buffers with room (grown by
+    /// [`ROOM_STEP`] positions when full): one slice update per array, where
+    /// joining copies the whole cache and the new rows each forward. Returns
+    /// the buffers and the positions they now hold.
+    fn append_in_place(&mut self, keys: Array, values: Array) -> Result<(Array, Array, i32)> {
+        self.move_to_arrays()?;
+        let (start, l) = (self.len(), keys.shape()[2]);
+        let end = start + l;
+        let capacity = self.keys.as_ref().map_or(0, |k| k.shape()[2]);
+        let room = |have: Option<&Array>, new: &Array| -> Result<Array> {
+            let s = new.shape();
+            let want = (end + ROOM_STEP - 1) / ROOM_STEP * ROOM_STEP;
+            let kept = have.map(|a| a.index((.., .., ..start, ..)));
+            let blank = zeros_dtype(&[s[0], s[1], want - start, s[3]], new.dtype())?;
+            Ok(match kept {
+                Some(kept) if start > 0 => concatenate(&[kept, blank], 2)?,
+                _ => blank,
+            })
+        };
+        if self.keys.is_none() || self.filled.is_none() || end > capacity {
+            self.keys = Some(room(self.keys.as_ref(), &keys)?);
+            self.values = Some(room(self.values.as_ref(), &values)?);
+        }
+        let put = |buffer: &Array, rows: &Array| -> Result<Array> {
+            buffer
+                .try_index_update((.., .., start..end, ..), rows, UpdateMode::Replace)
+                .map_err(|e| mlx_rs::error::Exception::custom(e.to_string()).into())
+        };
+        let (k, v) = match (&self.keys, &self.values) {
+            (Some(k), Some(v)) => (put(k, &keys)?, put(v, &values)?),
+            _ => unreachable!("both buffers were made above"),
+        };
+        self.keys = Some(k.clone());
+        self.values = Some(v.clone());
+        self.filled = Some(end);
+        Ok((k, v, end))
     }
 }
 
@@ -219,7 +298,22 @@ impl Attention {
         let offset = cache.len();
         let queries = self.rotate(&queries, offset)?;
         let keys = self.rotate(&keys, offset)?;
-        let (keys, values) = cache.append(keys, values)?;
+        let (keys, values) = if self.row_kernel && !self.host && kv_in_place() {
+            let (keys, values, filled) = cache.append_in_place(keys, values)?;
+            if row_invariant::takes_attention(&queries, &keys) {
+                let out =
+                    row_invariant::causal_attention_in(&queries, &keys, &values, filled, scale)?;
+                let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
+                return self.project(&fused::sigmoid_gate(&out, &gate)?, residual);
+            }
+            cache.exact();
+            match cache.keys_values()? {
+                Some(kv) => kv,
+                None => unreachable!("appended just above"),
+            }
+        } else {
+            cache.append(keys, values)?
+        };
 
         let out = if self.host && b == 1 {
             let out = host::causal_attention(&queries, &keys, &values, scale, self.arithmetic)?;
@@ -268,5 +362,64 @@ impl Attention {
             self.rope.scaling,
             offset,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mlx_rs::Dtype;
+
+    fn rows(seed: i32, len: i32) -> Array {
+        let count = (2 * len * 4) as usize;
+        let v: Vec<f32> = (0..count)
+            .map(|i| ((i as f32 + 1.0) * 0.37 + seed as f32).sin())
+            .collect();
+        Array::from_slice(&v, &[1, 2, len, 4])
+            .as_dtype(Dtype::Bfloat16)
+            .unwrap()
+    }
+
+    /// A cache in buffers with room holds what joining holds, through
+    /// appends of a prompt, single steps, blocks, trims (a rollback) and
+    /// growth past a buffer's room; the positions it returns are its length.
+    #[test]
+    fn a_cache_written_in_place_holds_what_joining_holds() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let (mut joined, mut in_place) = (KvCache::default(), KvCache::default());
+        let script = [(5, 0), (1, 0), (16, 10), (1, 0), (300, 0), (16, 15), (3, 0)];
+        for (seed, (add, trim)) in script.into_iter().enumerate() {
+            let (k, v) = (rows(seed as i32, add), rows(100 + seed as i32, add));
+            joined.append(k.clone(), v.clone()).unwrap();
+            let (kb, _, filled) = in_place.append_in_place(k, v).unwrap();
+            assert_eq!(filled, joined.len());
+            assert!(kb.shape()[2] >= filled && kb.shape()[2] % ROOM_STEP == 0);
+            joined.trim(trim);
+            in_place.trim(trim);
+            assert_eq!(in_place.len(), joined.len());
+            let (a, b) = (
+                joined.keys_values().unwrap().unwrap(),
+                in_place.keys_values().unwrap().unwrap(),
+            );
+            for (x, y) in [(&a.0, &b.0), (&a.1, &b.1)] {
+                assert_eq!(x.shape(), y.shape());
+                let x = x.as_dtype(Dtype::Float32).unwrap();
+                let y = y.as_dtype(Dtype::Float32).unwrap();
+                assert_eq!(x.as_slice::<f32>(), y.as_slice::<f32>(), "step {seed}");
+            }
+        }
+        // Made exact again (as the drafter's window or the host path needs).
+        in_place.keep_last(8);
+        joined.keep_last(8);
+        let (a, b) = (
+            joined.keys_values().unwrap().unwrap(),
+            in_place.keys_values().unwrap().unwrap(),
+        );
+        assert_eq!(a.0.shape(), b.0.shape());
+        let (x, y) = (
+            a.0.as_dtype(Dtype::Float32).unwrap(),
+            b.0.as_dtype(Dtype::Float32).unwrap(),
+        );
+        assert_eq!(x.as_slice::<f32>(), y.as_slice::<f32>());
     }
 }
