@@ -83,7 +83,8 @@ BLOCK = 16
 COST_KEYS = ("mode", "committed", "draft_ms", "verify_ms", "rollback_ms", "round_ms")
 
 
-def ours(flashbar: Path, model: Path, drafter: Path, prompts: list, max_tokens: int, repeats: int):
+def ours(flashbar: Path, model: Path, drafter: Path, prompts: list, max_tokens: int, repeats: int,
+         stderr: Path | None = None):
     """`flashbar bench` over all prompts in one process: plain decoding,
     forced DFlash and auto interleaved per repeat (their order turned around
     every repeat: `flashbar bench`), each run's tokens and the
@@ -94,6 +95,8 @@ def ours(flashbar: Path, model: Path, drafter: Path, prompts: list, max_tokens: 
         [str(flashbar), "bench", "--model", str(model), "--drafter", str(drafter), "--prompts", f.name,
          "--max-tokens", str(max_tokens), "--repeats", str(repeats), "--block-size", str(BLOCK),
          "--json"], check=True, capture_output=True, text=True)
+    if stderr:  # the engine's log (RUST_LOG=flashbar_engine=debug: a line per shadow probe)
+        stderr.write_text(bench.stderr)
     from mlx_lm.utils import load_tokenizer
 
     tokenizer = load_tokenizer(model)
@@ -186,6 +189,7 @@ def main():
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--stderr", type=Path, help="write flashbar's log here, FILE.REGIME.txt a regime")
     parser.add_argument("--no-reference", action="store_true",
                         help="ours only (z-lab and mlx-lm take most of the run on a CPU)")
     parser.add_argument("--wide", action="store_true",
@@ -195,7 +199,8 @@ def main():
     for regime, prompts in PROMPTS.items():
         if args.wide:
             prompts = prompts + MORE_PROMPTS[regime]
-        a = ours(args.flashbar, args.model, args.drafter, prompts, args.max_tokens, args.repeats)
+        a = ours(args.flashbar, args.model, args.drafter, prompts, args.max_tokens, args.repeats,
+                 args.stderr and args.stderr.with_suffix(f".{regime}.txt"))
         b = (zlab(args.model, args.drafter, prompts, args.max_tokens) if not args.no_reference
              else [None] * len(prompts))
         rows = []

@@ -9,7 +9,9 @@
 # counts (kernels of a step and of a forced DFlash round, in order too),
 # sequence (a round's kernels in order), ab (rounds at 1,024 tokens, ours
 # and $ALSO in turn, twice), peak (a prefill's peak memory stepwise), accept (the embedded pair:
-# lossless, forced and auto; accept-also: the same with $ALSO), smoke, save (kernel caches).
+# lossless, forced and auto; accept-also: the same with $ALSO; gatelog: the same with the
+# gate's shadow probes logged), vs35 and counts35 (the 35B-A3B shape: vs mlx-lm with $ALSO,
+# kernels a step with $ALSO), smoke, save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -82,6 +84,20 @@ for step in "$@"; do
     accept-also)
       run 200 accept-also env ${also//,/ } python3 bench/acceptance.py --flashbar "$bin" \
         --no-reference --max-tokens 96 --repeats 2 --json "$OUT/accept-also.json"
+      ;;
+    gatelog)
+      # auto's shadow probes, a line each (docs/dflash.md, "Shadow probes")
+      run 200 gatelog env RUST_LOG=flashbar_engine=debug python3 bench/acceptance.py --flashbar "$bin" \
+        --no-reference --max-tokens 96 --repeats 2 --json "$OUT/gatelog.json" --stderr "$OUT/gatelog"
+      grep -c "shadow probe" "$OUT"/gatelog.*.txt
+      ;;
+    vs35)
+      run 400 vs35 python3 bench/vs_mlx_lm.py --flashbar "$bin" --shape qwen3.6-35b-a3b \
+        --prompt-tokens 1024 --exact-prompt --bandwidth 2830 --repeats 2 --max-tokens 64 --also "$also"
+      ;;
+    counts35)
+      run 200 counts35 python3 bench/launch_counts.py --flashbar "$bin" \
+        --model target/bench/qwen3.6-35b-a3b-4bit --also "$also"
       ;;
     smoke)
       run 300 smoke "$bin" smoke
