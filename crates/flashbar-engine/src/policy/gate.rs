@@ -122,7 +122,8 @@ struct Calibration {
     /// machine's rounds and steps slow by different factors, so each
     /// thermal state learns its own.
     round_steps: Option<f64>,
-    /// The last shadow probe's draft time in plain steps.
+    /// The last shadow probe's draft time in plain steps, at most a
+    /// round's.
     draft_steps: Option<f64>,
 }
 
@@ -287,9 +288,19 @@ impl Gate {
     pub fn observe_shadow(&mut self, committed: usize, draft_ms: f64) {
         self.shadow_due = false;
         if let Some(ar) = self.ar_step_ms() {
-            let steps = draft_ms / ar.max(1e-9);
+            // A draft is part of a round: one timed above a whole round's
+            // cost met a one-off stall (on a GPU, the first draft over a
+            // context length not seen before builds its kernels' plans:
+            // 4-12 ms where a draft takes 0.6-1 ms), and taken as the
+            // draft's cost it held later answers plain to their end
+            // (docs/dflash.md, "A shadow's stalled draft").
+            let steps = match self.round_steps() {
+                Some(round) => (draft_ms / ar.max(1e-9)).min(round),
+                None => draft_ms / ar.max(1e-9),
+            };
             self.shadow_credit -= steps;
-            self.calibration().draft_steps = Some(steps);
+            let calibration = self.calibration();
+            calibration.draft_steps = Some(steps);
         }
         if self
             .shadow_break_even()

@@ -575,3 +575,48 @@ fn an_answer_s_opening_shadow_is_paid_from_its_own_budget_whatever_earlier_answe
     g.begin_request(32);
     assert!(matches!(g.plan(), Plan::Plain(_)), "{:?}", g.plan());
 }
+
+#[test]
+fn a_shadow_whose_draft_stalled_once_does_not_hold_the_next_answers_plain() {
+    // As an H100 ran the embedded pair (2026-12-06): plain steps 1 ms, a
+    // draft 0.8 ms, rounds 2.5 ms. One shadow's draft, over a context
+    // length its drafter had not met, took 11.6 ms and failed. Taken as
+    // the draft's cost (11.6 steps), it put the credit 11.6 steps in debt
+    // (some 390 tokens of credit) and no answer's budget fit a draft, so
+    // the next answer, one the drafter gets 15 tokens a round right (forced
+    // DFlash 5x), ran plain from its first token to its last.
+    let losing = Machine {
+        ar_ms: 1.0,
+        round_ms: 2.5,
+        committed: 1,
+    };
+    let mut g = gate();
+    drive(&mut g, &losing, 8);
+    g.begin_request(96);
+    let mut stalled = false;
+    for _ in 0..96 {
+        match g.plan() {
+            Plan::Shadow if !stalled => {
+                stalled = true;
+                g.observe_shadow(1, 11.6);
+            }
+            Plan::Shadow => g.observe_shadow(1, 0.8),
+            Plan::Plain(_) => g.observe_ar(1.0),
+            Plan::Dflash => {
+                g.observe_round(1, 2.5);
+            }
+        }
+    }
+    assert!(stalled, "the answer was probed by a shadow");
+    let draft = g.draft_steps().unwrap();
+    assert!(draft <= 2.5, "a draft costs at most a round: {draft}");
+    g.begin_request(96);
+    assert_eq!(g.plan(), Plan::Shadow);
+    let winning = Machine {
+        ar_ms: 1.0,
+        round_ms: 2.5,
+        committed: 15,
+    };
+    let trace = drive(&mut g, &winning, 8);
+    assert!(trace.starts_with('s') && trace.ends_with("ddd"), "{trace}");
+}

@@ -31,14 +31,14 @@ pub struct KvCache {
 /// Positions a buffer with room grows by (docs/gpu.md, "A KV cache with room").
 const ROOM_STEP: i32 = 256;
 
-/// `1` keeps the target's KV cache on CUDA in buffers with room, written in
-/// place, instead of joined anew each forward; not yet the default (docs/gpu.md,
-/// "A KV cache with room").
+/// The target's KV cache on CUDA's row kernels is kept in buffers with room,
+/// written in place, instead of joined anew each forward; `0` joins it, for
+/// benchmarks (docs/gpu.md, "A KV cache with room").
 pub const KV_IN_PLACE_ENV: &str = "FLASHBAR_KV_IN_PLACE";
 
 fn kv_in_place() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var(KV_IN_PLACE_ENV).as_deref() == Ok("1"))
+    *ON.get_or_init(|| std::env::var(KV_IN_PLACE_ENV).as_deref() != Ok("0"))
 }
 
 impl KvCache {
