@@ -92,7 +92,9 @@ def ours(flashbar: str, target: Path, drafter: Path, prompts: list, max_tokens: 
         rounds = [r for r in report["dflash"]["rounds"] if r["mode"] == "dflash"]
         row = {"prompt_tokens": report["prompt_tokens"], "rounds": len(rounds),
                "accept": statistics.mean(r["committed"] for r in rounds),
-               "step_ms": median(r["round_ms"] for r in report["plain_rounds"])}
+               "step_ms": median(r["round_ms"] for r in report["plain_rounds"]),
+               # DFlash's tokens against plain decoding's, on this target and prompt.
+               "lossless": report["dflash"]["token_ids"] == report["token_ids"]}
         for part in ("round_ms", "draft_ms", "verify_ms", "rollback_ms"):
             row[part] = median(r[part] for r in rounds)
         rows.append(row)
@@ -187,6 +189,7 @@ def main():
             line += (f" {b['round_ms']:>12.2f} {b['step_ms']:>11.2f} "
                      f"{b['round_ms'] / b['step_ms']:>10.2f} | {a['round_ms'] / b['round_ms']:>16.3f}")
         print(line)
+    print("lossless (DFlash's tokens = plain decoding's): " + ", ".join(str(a["lossless"]) for a in mine))
     print("accept length per round (random drafter), ours / z-lab: " + ", ".join(
         f"{a['accept']:.2f} / {b['accept']:.2f}" if b else f"{a['accept']:.2f}"
         for a, b in zip(mine, theirs)))

@@ -11,7 +11,8 @@
 # and $ALSO in turn, twice), peak (a prefill's peak memory stepwise), accept (the embedded pair:
 # lossless, forced and auto; accept-also: the same with $ALSO; gatelog: the same with the
 # gate's shadow probes logged), vs35 and counts35 (the 35B-A3B shape: vs mlx-lm with $ALSO,
-# kernels a step with $ALSO), smoke, save (kernel caches).
+# kernels a step with $ALSO; round35: its DFlash round and lossless check), smoke,
+# save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -94,6 +95,12 @@ for step in "$@"; do
     vs35)
       run 400 vs35 python3 bench/vs_mlx_lm.py --flashbar "$bin" --shape qwen3.6-35b-a3b \
         --prompt-tokens 1024 --exact-prompt --bandwidth 2830 --repeats 2 --max-tokens 64 --also "$also"
+      ;;
+    round35)
+      # the 35B-A3B's DFlash round, with its lossless check, ours and with $ALSO
+      run 300 round35 python3 bench/dflash_round.py --flashbar "$bin" --shape qwen3.6-35b-a3b --no-reference --contexts 1024
+      run 200 round35-also env ${also//,/ } python3 bench/dflash_round.py --flashbar "$bin" \
+        --shape qwen3.6-35b-a3b --no-reference --contexts 1024
       ;;
     counts35)
       run 200 counts35 python3 bench/launch_counts.py --flashbar "$bin" \

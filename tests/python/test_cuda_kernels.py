@@ -93,8 +93,8 @@ def variants():
             (4, 8), (0, 1), (1, 2, 4), (1, 2), (0, 1), (0, 1), (0, 1)):
         if glu and tiles != 4:
             continue  # the GLU end pairs tiles 0-1 with 2-3: four tiles only
-        if gather and (glu or res):
-            continue  # the experts take neither end
+        if gather and res:
+            continue  # the experts take no residual (their GLU end: a MoE block's gate/up)
         t = "f16" if half else "bf16"
         # Without GATHER the launcher passes x for the unread pairs.
         pairs = "i32" if gather else t
@@ -132,6 +132,19 @@ def variants():
         t = ("f32", "bf16", "f16")[dt]
         yield (f"attn_merge D={dim} DT={dt}", merge, [("part", "f32"), ("stats", "f32")], [("out", t)],
                [("D", dim), ("DT", dt)])
+    route = (KERNELS / "moe_route.cu").read_text()
+    combine = (KERNELS / "moe_combine.cu").read_text()
+    # The 35B-A3B's 256 experts, 8 a token; the fixtures' 8, 2; a 512-expert, 10-a-token shape.
+    for (experts, k), norm, half in itertools.product(((256, 8), (32, 2), (512, 10)), (0, 1), (0, 1)):
+        t = "f16" if half else "bf16"
+        yield (f"moe_route E={experts} K={k} NORM={norm} HALF={half}", route, [("logits", t)],
+               [("pairs_in", "i32"), ("pairs_out", "i32"), ("scores", t)],
+               [("E", experts), ("K", k), ("NORM", norm), ("HALF", half)])
+    for k, res, half in itertools.product((2, 8, 10), (0, 1), (0, 1)):
+        t = "f16" if half else "bf16"
+        yield (f"moe_combine K={k} RES={res} HALF={half}", combine,
+               [(n, t) for n in ("down", "scores", "shared", "gate", "res")], [("y", t)],
+               [("K", k), ("GCOL", 256), ("RES", res), ("HALF", half)])
     conv = (KERNELS / "conv_rows.cu").read_text()
     for dt in (0, 1, 2):
         t = ("f32", "bf16", "f16")[dt]

@@ -8,7 +8,7 @@ use crate::error::{ModelError, Result};
 use crate::nn::attention::{Attention, KvCache};
 use crate::nn::gated_delta::{GatedDeltaNet, GdnState, GdnTape};
 use crate::nn::host;
-use crate::nn::linear::{Embedding, Linear, MatmulPath, Onto, Weights};
+use crate::nn::linear::{Embedding, Linear, MatmulPath, Weights};
 use crate::nn::mlp::Mlp;
 use crate::nn::moe::SparseMoe;
 use crate::sanitize::{is_hf_layout, sanitize};
@@ -370,7 +370,7 @@ impl DecoderLayer {
         let x = norm.forward(&h, eps)?;
         let ff = match &self.feed_forward {
             FeedForward::Dense(mlp) => mlp.forward_onto(&x, Some(&h))?,
-            FeedForward::Moe(moe) => Onto::Apart(moe.forward(&x)?),
+            FeedForward::Moe(moe) => moe.forward_onto(&x, Some(&h))?,
         };
         Ok((ff.or_add(|out| norm.residual(&h, out))?, tape))
     }

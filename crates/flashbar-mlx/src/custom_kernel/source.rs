@@ -180,6 +180,22 @@ mod tests {
             Vec<(&'static str, Dtype)>,
             Vec<(&'static str, i32)>,
         );
+        let moe: Vec<Case> = vec![
+            (
+                "moe_route.cu",
+                vec![("logits", a(bf, 2))],
+                vec![("pairs_in", i), ("pairs_out", i), ("scores", bf)],
+                vec![("E", 256), ("K", 8), ("NORM", 1), ("HALF", 0)],
+            ),
+            (
+                "moe_combine.cu",
+                ["down", "scores", "shared", "gate", "res"]
+                    .map(|n| (n, a(bf, 2)))
+                    .to_vec(),
+                vec![("y", bf)],
+                vec![("K", 8), ("GCOL", 256), ("RES", 1), ("HALF", 0)],
+            ),
+        ];
         let qmm = |bits, half, nt, glu, res, gather| -> Case {
             let t = if half == 1 { h } else { bf };
             (
@@ -212,6 +228,7 @@ mod tests {
             qmm(4, 0, 4, 1, 0, 0),
             qmm(8, 1, 2, 0, 1, 0),
             qmm(4, 0, 1, 0, 0, 1),
+            qmm(4, 0, 4, 1, 0, 1),
             (
                 "attn_rows.cu",
                 vec![
@@ -299,7 +316,7 @@ mod tests {
             ),
         ];
         let mut failures = Vec::new();
-        for (n, (file, inputs, outputs, template)) in cases.into_iter().enumerate() {
+        for (n, (file, inputs, outputs, template)) in cases.into_iter().chain(moe).enumerate() {
             let input_names: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
             let input_arrays: Vec<&Array> = inputs.iter().map(|(_, a)| a).collect();
             let output_names: Vec<&str> = outputs.iter().map(|(n, _)| *n).collect();

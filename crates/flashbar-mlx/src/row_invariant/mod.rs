@@ -11,8 +11,12 @@
 //! cuDNN plan the first time it meets a block length, which a DFlash
 //! answer pays every time its last, shorter block is verified.
 //!
+//! A MoE block's router and its weighted sum have kernels too (`moe`):
+//! each token is computed alone, as MLX's ops would compute it.
+//!
 //! Bodies: `kernels/cuda/qmm.cu`, `kernels/cuda/attn_rows.cu` with
-//! `attn_merge.cu`, `kernels/cuda/conv_rows.cu`. Only CUDA has
+//! `attn_merge.cu`, `kernels/cuda/conv_rows.cu`, `kernels/cuda/moe_route.cu`,
+//! `kernels/cuda/moe_combine.cu`. Only CUDA has
 //! them; [`available`] says where. Callers use them for at most [`MAX_ROWS`]
 //! rows (decode, verify) and MLX's kernels for longer inputs (prefill,
 //! shared by plain decoding and DFlash alike).
@@ -22,11 +26,13 @@ use crate::device::Backend;
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype};
 
+mod moe;
 mod qmm;
+pub use moe::{moe_combine, moe_route, takes_combine, takes_route, Routes, MAX_EXPERTS, MAX_TOP_K};
 pub use qmm::{
-    gather_quantized_matmul, pair_glu_rows, qmm_launch, quantized_matmul, quantized_matmul_parts,
-    quantized_matmul_with, takes_gathered, takes_glu, takes_quantized, unpair_glu_columns, Ends,
-    GLU_PAIR, LAUNCH_ENV, MAX_PARTS, WIDE,
+    gather_quantized_matmul, gather_quantized_matmul_pairs, pair_glu_rows, qmm_launch,
+    quantized_matmul, quantized_matmul_parts, quantized_matmul_with, takes_gathered, takes_glu,
+    takes_quantized, unpair_glu_columns, Ends, GLU_PAIR, LAUNCH_ENV, MAX_PARTS, WIDE,
 };
 
 static ATTN: Body = Body::new(

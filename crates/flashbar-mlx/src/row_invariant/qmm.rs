@@ -114,24 +114,31 @@ pub fn takes_glu(n: i32, k: i32, bits: i32) -> bool {
     tiles == 4 && n % (2 * GLU_PAIR) == 0
 }
 
-/// A gate and an up map's rows (`[I, ..]` each: packed weights, scales or
-/// biases) as the GLU end reads them: 16 rows of gate, the same 16 of up,
-/// and so on (`[2I, ..]`).
+/// A gate and an up map's rows (`[.., I, C]` each: packed weights, scales
+/// or biases, one map or one per expert) as the GLU end reads them: 16 rows
+/// of gate, the same 16 of up, and so on (`[.., 2I, C]`).
 pub fn pair_glu_rows(gate: &Array, up: &Array) -> Result<Array, Exception> {
-    let (rows, rest) = (gate.shape()[0], &gate.shape()[1..]);
-    if up.shape() != gate.shape() || rows % GLU_PAIR != 0 {
+    let shape = gate.shape();
+    let rows = if shape.len() >= 2 {
+        shape[shape.len() - 2]
+    } else {
+        0
+    };
+    if up.shape() != shape || rows == 0 || rows % GLU_PAIR != 0 {
         return Err(Exception::custom(format!(
             "GLU rows: gate {:?} and up {:?} must match, in blocks of {GLU_PAIR}",
             gate.shape(),
             up.shape()
         )));
     }
-    let mut blocks = vec![rows / GLU_PAIR, 1, GLU_PAIR];
-    blocks.extend_from_slice(rest);
-    let paired = concatenate(&[gate.reshape(&blocks)?, up.reshape(&blocks)?], 1)?;
-    let mut shape = vec![2 * rows];
-    shape.extend_from_slice(rest);
-    paired.reshape(&shape)
+    let lead = &shape[..shape.len() - 2];
+    let mut blocks = lead.to_vec();
+    blocks.extend_from_slice(&[rows / GLU_PAIR, 1, GLU_PAIR, shape[shape.len() - 1]]);
+    let axis = lead.len() as i32 + 1;
+    let paired = concatenate(&[gate.reshape(&blocks)?, up.reshape(&blocks)?], axis)?;
+    let mut out = lead.to_vec();
+    out.extend_from_slice(&[2 * rows, shape[shape.len() - 1]]);
+    paired.reshape(&out)
 }
 
 /// The gate and up products (`[.., I]` each) in a paired weight's product
@@ -362,6 +369,43 @@ pub fn gather_quantized_matmul(
     group_size: i32,
     bits: i32,
 ) -> Result<Array, Exception> {
+    let p = rows.size() as i32;
+    if experts.size() as i32 != p {
+        return Err(Exception::custom(format!(
+            "gathered qmm kernel: {p} rows for {} experts",
+            experts.size()
+        )));
+    }
+    let pairs = mlx_rs::ops::stack(
+        &[
+            rows.reshape(&[p])?.as_dtype(Dtype::Int32)?,
+            experts.reshape(&[p])?.as_dtype(Dtype::Int32)?,
+        ],
+        0,
+    )?;
+    gather_quantized_matmul_pairs(
+        x, w, scales, biases, &pairs, tokens, group_size, bits, false,
+    )
+}
+
+/// [`gather_quantized_matmul`] with the (row, expert) of each output row
+/// given as one `[2, P]` int32 array (`row_invariant::moe_route` makes
+/// them), and with `glu` the experts' gate and up maps paired
+/// ([`pair_glu_rows`], `w` `[E, 2I, ..]`): output row p is then
+/// `silu(gate) * up` of its row and expert (`[P, I]`), the GLU end of
+/// [`Ends`].
+#[allow(clippy::too_many_arguments)]
+pub fn gather_quantized_matmul_pairs(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    biases: &Array,
+    pairs: &Array,
+    tokens: i32,
+    group_size: i32,
+    bits: i32,
+    glu: bool,
+) -> Result<Array, Exception> {
     if !takes_gathered(x, scales, group_size, bits, tokens) {
         return Err(Exception::custom(format!(
             "gathered qmm kernel: unsupported input {:?} {:?} for {tokens} tokens with \
@@ -373,27 +417,28 @@ pub fn gather_quantized_matmul(
         )));
     }
     let k = x.shape()[1];
-    let (experts_n, n, words) = (w.shape()[0], w.shape()[1], w.shape()[2]);
-    let p = rows.size() as i32;
+    let (experts_n, n) = (w.shape()[0], w.shape()[1]);
+    let ps = pairs.shape();
     if w.ndim() != 3
-        || words * (32 / bits) != k
+        || w.shape()[2] * (32 / bits) != k
         || k % group_size != 0
-        || experts.size() as i32 != p
+        || ps.len() != 2
+        || ps[0] != 2
+        || pairs.dtype() != Dtype::Int32
     {
         return Err(Exception::custom(format!(
-            "gathered qmm kernel: experts {:?} do not fit {k} inputs at {bits} bits, or {p} rows \
-             for {} experts",
+            "gathered qmm kernel: experts {:?} do not fit {k} inputs at {bits} bits, or pairs \
+             {ps:?} {:?} are not [2, P] int32",
             w.shape(),
-            experts.size()
+            pairs.dtype()
         )));
     }
-    let pairs = mlx_rs::ops::stack(
-        &[
-            rows.reshape(&[p])?.as_dtype(Dtype::Int32)?,
-            experts.reshape(&[p])?.as_dtype(Dtype::Int32)?,
-        ],
-        0,
-    )?;
+    if glu && !takes_glu(n, k, bits) {
+        return Err(Exception::custom(format!(
+            "gathered qmm kernel: no GLU end for experts {:?} at this launch",
+            w.shape()
+        )));
+    }
     let (tiles, warps) = launch_override(n, k, bits).unwrap_or_else(|| qmm_launch(n, k, bits));
     let blocks = (n + 8 * tiles - 1) / (8 * tiles);
     let template = [
@@ -401,20 +446,21 @@ pub fn gather_quantized_matmul(
         ("HALF", i32::from(x.dtype() == Dtype::Float16)),
         ("NT", tiles),
         ("MT", if tokens <= 16 { 1 } else { 2 }),
-        ("GLU", 0),
+        ("GLU", i32::from(glu)),
         ("RES", 0),
         ("GATHER", 1),
         ("P1", 0),
         ("P2", 0),
         ("P3", 0),
     ];
+    let out_n = if glu { n / 2 } else { n };
     // No residual: x stands in for it.
     single(custom_kernel::launch(&Launch {
         body: &QMM,
         input_names: &QMM_INPUTS,
         output_names: &["y"],
-        inputs: &[x, w, scales, biases, x, &pairs],
-        outputs: &[(vec![p, n], x.dtype())],
+        inputs: &[x, w, scales, biases, x, pairs],
+        outputs: &[(vec![ps[1], out_n], x.dtype())],
         grid: [blocks * 32 * warps, experts_n, 1],
         group: [32 * warps, 1, 1],
         template: &template,
@@ -471,6 +517,19 @@ mod tests {
             assert!(same(&g, &gate.t()) && same(&u, &up.t()));
             assert!(!same(&g, &up.t()));
             assert!(pair_glu_rows(&gate.index(..40), &up.index(..40)).is_err());
+            // One map per expert ([E, I, C]): each expert's rows paired alone.
+            let gates = Array::from_iter(0..2 * 32 * 3, &[2, 32, 3]);
+            let ups = Array::from_iter(1000..1000 + 2 * 32 * 3, &[2, 32, 3]);
+            let paired = pair_glu_rows(&gates, &ups).unwrap();
+            assert_eq!(paired.shape(), &[2, 64, 3]);
+            for e in 0..2 {
+                let (g, u) = (gates.index(e), ups.index(e));
+                assert!(
+                    same(&paired.index(e), &pair_glu_rows(&g, &u).unwrap()),
+                    "expert {e}"
+                );
+            }
+            assert_eq!(paired.index((1, 16, 0)).item_exact::<i32>(), 1000 + 32 * 3);
         });
     }
 }

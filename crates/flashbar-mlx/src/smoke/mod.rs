@@ -6,6 +6,7 @@
 //! the same check on two devices (CPU vs CUDA) can be compared as well.
 
 mod gdn_layer_checks;
+mod moe_checks;
 mod row_invariant_checks;
 
 use crate::device::Backend;
@@ -73,6 +74,7 @@ pub fn run_all(
             add(row_invariant_checks::attention()?.into());
             add(vec![row_invariant_checks::attention_room()?]);
             add(row_invariant_checks::conv()?.into());
+            add(moe_checks::moe_block()?.into());
         }
         if gdn_kernels::layer_available(backend) {
             add(gdn_layer_checks::layer()?.into());

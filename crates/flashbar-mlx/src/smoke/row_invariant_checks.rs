@@ -26,15 +26,15 @@ const QMM_SHAPES: [(i32, i32, i32, i32); 5] = [
     (2048, 512, 4, 32),
     (512, 2048, 8, 128),
 ];
-const ROWS: [i32; 6] = [1, 2, 15, 16, 17, 32];
+pub(super) const ROWS: [i32; 6] = [1, 2, 15, 16, 17, 32];
 
-fn values(seed: u64, shape: &[i32], dtype: Dtype) -> Result<Array, Exception> {
+pub(super) fn values(seed: u64, shape: &[i32], dtype: Dtype) -> Result<Array, Exception> {
     let count = shape.iter().product::<i32>() as usize;
     Array::from_slice(&seeded_values(seed, count), shape).as_dtype(dtype)
 }
 
 /// Rows of `batch` that differ from `singles` (same shape, rows on `axis`).
-fn rows_differing(batch: &Array, singles: &Array, axis: i32) -> Result<f64, Exception> {
+pub(super) fn rows_differing(batch: &Array, singles: &Array, axis: i32) -> Result<f64, Exception> {
     let other_axes: Vec<i32> = (0..batch.ndim() as i32).filter(|a| *a != axis).collect();
     let differ = batch.ne(singles)?.any_axes(&other_axes, false)?;
     item(&differ.as_dtype(Dtype::Float32)?.sum(None)?)
@@ -47,7 +47,7 @@ fn item(scalar: &Array) -> Result<f64, Exception> {
         .map_err(|e| Exception::custom(e.to_string()))
 }
 
-fn largest_relative(a: &Array, reference: &Array) -> Result<f64, Exception> {
+pub(super) fn largest_relative(a: &Array, reference: &Array) -> Result<f64, Exception> {
     let (a, r) = (
         a.as_dtype(Dtype::Float32)?,
         reference.as_dtype(Dtype::Float32)?,
@@ -60,7 +60,7 @@ fn largest_relative(a: &Array, reference: &Array) -> Result<f64, Exception> {
 /// Every check here gives two results: the rows of many-row calls that
 /// differ from 1-row calls (none may), and the largest difference from
 /// MLX's own op, within `tolerance`.
-fn rows_and_reference(
+pub(super) fn rows_and_reference(
     rows: (&'static str, f64),
     reference: (&'static str, f64),
     tolerance: f64,

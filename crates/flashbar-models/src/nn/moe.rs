@@ -1,36 +1,85 @@
 //! The sparse MoE block of Qwen3.5/3.6-MoE: a softmax router picks the top-k
 //! experts per token (SwiGLU experts applied through gather_mm / gather_qmm),
 //! plus a shared expert scaled by its own sigmoid gate.
+//!
+//! On CUDA's row kernels a decode step or a verified block runs the block in
+//! seven kernels (docs/gpu.md, "The MoE block in four kernels"): the router
+//! and the shared gate as one product, the router's choice
+//! (`row_invariant::moe_route`), the experts' paired gate/up product with
+//! its GLU end, their down product, the shared expert's two, and the
+//! weighted sum onto the residual (`row_invariant::moe_combine`). The ops
+//! below do the same for prefill and elsewhere.
 
 use crate::config::TextConfig;
 use crate::error::Result;
-use crate::nn::fused;
-use crate::nn::linear::{Linear, SwitchLinear, Weights};
+use crate::nn::linear::{row_qmm, ExpertsGlu, Fused, Linear, Onto, SwitchLinear, Weights};
 use crate::nn::mlp::Mlp;
+use flashbar_mlx::row_invariant;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{argpartition_axis, sigmoid, softmax_axis};
 use mlx_rs::Array;
 
+/// `0` keeps the MoE block's ops on CUDA too (the router, the experts'
+/// gate and up apart, the weighted sum), for benchmarks.
+pub const MOE_KERNELS_ENV: &str = "FLASHBAR_MOE_KERNELS";
+
+fn moe_kernels() -> bool {
+    row_qmm() && std::env::var(MOE_KERNELS_ENV).as_deref() != Ok("0")
+}
+
 pub struct SparseMoe {
-    gate: Linear,
-    gate_proj: SwitchLinear,
-    up_proj: SwitchLinear,
+    router: Router,
+    experts: ExpertsGlu,
     down_proj: SwitchLinear,
     shared_expert: Mlp,
-    shared_expert_gate: Linear,
+    num_experts: i32,
     top_k: i32,
     norm_topk_prob: bool,
 }
 
+/// The router's map and the shared expert's gate, both of the block's input.
+enum Router {
+    Apart {
+        gate: Linear,
+        shared_gate: Linear,
+    },
+    /// Loaded as one (stacked where their formats agree: the experts'
+    /// logits, then the shared gate's), for the kernels.
+    Fused(Fused),
+}
+
+impl Router {
+    /// The experts' logits `[.., E]` and the shared gate's `[.., 1]`.
+    fn forward(&self, x: &Array) -> Result<(Array, Array)> {
+        match self {
+            Router::Apart { gate, shared_gate } => Ok((gate.forward(x)?, shared_gate.forward(x)?)),
+            Router::Fused(both) => Ok((both.forward_one(0, x)?, both.forward_one(1, x)?)),
+        }
+    }
+}
+
 impl SparseMoe {
     pub fn load(weights: &mut Weights, path: &str, config: &TextConfig) -> Result<Self> {
+        let kernels = moe_kernels();
+        let (gate, shared_gate) = (format!("{path}.gate"), format!("{path}.shared_expert_gate"));
+        let router = match kernels {
+            true => Router::Fused(Fused::load(weights, &[gate, shared_gate])?),
+            false => Router::Apart {
+                gate: Linear::load(weights, &gate)?,
+                shared_gate: Linear::load(weights, &shared_gate)?,
+            },
+        };
         Ok(SparseMoe {
-            gate: Linear::load(weights, &format!("{path}.gate"))?,
-            gate_proj: SwitchLinear::load(weights, &format!("{path}.switch_mlp.gate_proj"))?,
-            up_proj: SwitchLinear::load(weights, &format!("{path}.switch_mlp.up_proj"))?,
+            router,
+            experts: ExpertsGlu::load(
+                weights,
+                &format!("{path}.switch_mlp.gate_proj"),
+                &format!("{path}.switch_mlp.up_proj"),
+                kernels,
+            )?,
             down_proj: SwitchLinear::load(weights, &format!("{path}.switch_mlp.down_proj"))?,
             shared_expert: Mlp::load(weights, &format!("{path}.shared_expert"))?,
-            shared_expert_gate: Linear::load(weights, &format!("{path}.shared_expert_gate"))?,
+            num_experts: config.num_experts as i32,
             top_k: config.num_experts_per_tok as i32,
             norm_topk_prob: config.norm_topk_prob,
         })
@@ -38,7 +87,19 @@ impl SparseMoe {
 
     /// `x`: `[B, L, hidden]`.
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        let probs = softmax_axis(self.gate.forward(x)?, -1, true)?;
+        match self.forward_onto(x, None)? {
+            Onto::Apart(out) | Onto::Added(out) => Ok(out),
+        }
+    }
+
+    /// [`Self::forward`], onto the residual stream `residual` when given
+    /// (the kernels add it themselves).
+    pub fn forward_onto(&self, x: &Array, residual: Option<&Array>) -> Result<Onto> {
+        if let Some(out) = self.forward_kernels(x, residual)? {
+            return Ok(out);
+        }
+        let (logits, shared_gate) = self.router.forward(x)?;
+        let probs = softmax_axis(logits, -1, true)?;
         let k = self.top_k;
         let experts = argpartition_axis(&probs, -k, -1)?.index((.., .., -k..));
         let mut scores = probs.take_along_axis(&experts, -1)?;
@@ -47,9 +108,7 @@ impl SparseMoe {
         }
         // Each token row meets each of its k experts: [B, L, 1, 1, hidden].
         let rows = x.expand_dims_axes(&[-2, -3])?;
-        let up = self.up_proj.forward(&rows, &experts)?;
-        let gate = self.gate_proj.forward(&rows, &experts)?;
-        let hidden = fused::swiglu(&gate, &up)?;
+        let hidden = self.experts.forward(&rows, &experts)?;
         let out = self
             .down_proj
             .forward(&hidden, &experts)?
@@ -59,7 +118,62 @@ impl SparseMoe {
         let shared = self
             .shared_expert
             .forward(x)?
-            .multiply(sigmoid(self.shared_expert_gate.forward(x)?)?)?;
-        Ok(routed.add(shared)?)
+            .multiply(sigmoid(shared_gate)?)?;
+        Ok(Onto::Apart(routed.add(shared)?))
+    }
+
+    /// The block in its kernels (the module's doc), where they take `x`:
+    /// a decode step or a verified block on CUDA's row kernels, the
+    /// experts' gate and up paired. None elsewhere.
+    fn forward_kernels(&self, x: &Array, residual: Option<&Array>) -> Result<Option<Onto>> {
+        let (Router::Fused(router), ExpertsGlu::Paired(gate_up)) = (&self.router, &self.experts)
+        else {
+            return Ok(None);
+        };
+        let shape = x.shape();
+        let width = shape[shape.len() - 1];
+        let tokens: i32 = shape[..shape.len() - 1].iter().product();
+        if !(1..=row_invariant::MAX_ROWS).contains(&tokens) {
+            return Ok(None);
+        }
+        let x2 = x.reshape(&[tokens, width])?;
+        // The experts' logits and the shared gate's column, in place in one
+        // product where the two maps are stacked.
+        let (logits, gate, gate_column) = match router.forward_whole(&x2)? {
+            Some(both) => (both.clone(), both, self.num_experts),
+            None => (router.forward_one(0, &x2)?, router.forward_one(1, &x2)?, 0),
+        };
+        if !row_invariant::takes_route(&logits, self.num_experts, self.top_k) {
+            return Ok(None);
+        }
+        let routes =
+            row_invariant::moe_route(&logits, self.num_experts, self.top_k, self.norm_topk_prob)?;
+        let Some(hidden) = gate_up.forward_pairs(&x2, &routes.token_pairs, tokens, true)? else {
+            return Ok(None);
+        };
+        let Some(down) =
+            self.down_proj
+                .forward_pairs(&hidden, &routes.pair_pairs, tokens, false)?
+        else {
+            return Ok(None);
+        };
+        let shared = self.shared_expert.forward(&x2)?;
+        if !row_invariant::takes_combine(&down, &routes.scores, &shared, &gate, gate_column) {
+            return Ok(None);
+        }
+        let residual = residual.map(|r| r.reshape(&[tokens, width])).transpose()?;
+        let y = row_invariant::moe_combine(
+            &down,
+            &routes.scores,
+            &shared,
+            &gate,
+            gate_column,
+            residual.as_ref(),
+        )?
+        .reshape(shape)?;
+        Ok(Some(match residual {
+            Some(_) => Onto::Added(y),
+            None => Onto::Apart(y),
+        }))
     }
 }

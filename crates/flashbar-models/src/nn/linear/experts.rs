@@ -1,8 +1,9 @@
 //! A MoE's experts: one linear map per expert, applied to each row by its
 //! expert's index (docs/gpu.md, "The experts").
 
-use super::{LinearWeight, Packed, Weights};
+use super::{fuse_ends, LinearWeight, Packed, Weights};
 use crate::error::Result;
+use crate::nn::fused;
 use flashbar_mlx::row_invariant;
 use mlx_rs::ops::{gather_mm, gather_qmm};
 use mlx_rs::Array;
@@ -51,6 +52,41 @@ impl SwitchLinear {
         })
     }
 
+    /// The row-invariant experts' kernel on `x` `[R, in]` with the (row,
+    /// expert) pairs of `row_invariant::moe_route` (`[2, P]`), for `tokens`
+    /// tokens; with `glu` this map is a [`ExpertsGlu::Paired`] pair and
+    /// the output `silu(gate) * up` (`[P, out / 2]`). None where the kernel
+    /// does not take them.
+    pub fn forward_pairs(
+        &self,
+        x: &Array,
+        pairs: &Array,
+        tokens: i32,
+        glu: bool,
+    ) -> Result<Option<Array>> {
+        let LinearWeight::Quantized(q) = &self.weight else {
+            return Ok(None);
+        };
+        let (n, k) = (q.weight.shape()[1], x.shape()[x.ndim() - 1]);
+        if !q.row_kernel
+            || !row_invariant::takes_gathered(x, &q.scales, q.group_size, q.bits, tokens)
+            || (glu && !row_invariant::takes_glu(n, k, q.bits))
+        {
+            return Ok(None);
+        }
+        Ok(Some(row_invariant::gather_quantized_matmul_pairs(
+            x,
+            &q.weight,
+            &q.scales,
+            &q.biases,
+            pairs,
+            tokens,
+            q.group_size,
+            q.bits,
+            glu,
+        )?))
+    }
+
     /// The row-invariant experts' kernel (decode and verify on CUDA,
     /// docs/gpu.md "The experts"), where it takes `x`: `[B, L, 1, 1, in]`
     /// (a token's row for each of its experts) or `[B, L, k, 1, in]` (a row
@@ -88,5 +124,63 @@ impl SwitchLinear {
         )?;
         let n = q.weight.shape()[1];
         Ok(Some(y.reshape(&[is[0], is[1], k, 1, n])?))
+    }
+}
+
+/// A MoE's experts' gate and up maps.
+pub enum ExpertsGlu {
+    Apart {
+        gate: SwitchLinear,
+        up: SwitchLinear,
+    },
+    /// One map, each expert's rows paired (16 of gate, the same 16 of up:
+    /// `row_invariant::pair_glu_rows`) for the gathered kernel's GLU end,
+    /// where `pair` asks for it and the row kernels take the shape (memory
+    /// unchanged: the rows are only reordered).
+    Paired(SwitchLinear),
+}
+
+impl ExpertsGlu {
+    pub fn load(weights: &mut Weights, gate: &str, up: &str, pair: bool) -> Result<Self> {
+        let (gate, up) = (
+            SwitchLinear::load(weights, gate)?,
+            SwitchLinear::load(weights, up)?,
+        );
+        if let (LinearWeight::Quantized(g), LinearWeight::Quantized(u)) = (&gate.weight, &up.weight)
+        {
+            let alike = g.bits == u.bits
+                && g.group_size == u.group_size
+                && g.weight.shape() == u.weight.shape()
+                && g.scales.dtype() == u.scales.dtype();
+            let (n, k) = (2 * g.weight.shape()[1], g.weight.shape()[2] * (32 / g.bits));
+            if pair
+                && alike
+                && g.row_kernel
+                && fuse_ends()
+                && row_invariant::takes_glu(n, k, g.bits)
+            {
+                let paired =
+                    Packed::rebuilt(g, |of| Ok(row_invariant::pair_glu_rows(of(g), of(u))?))?;
+                return Ok(ExpertsGlu::Paired(SwitchLinear {
+                    weight: LinearWeight::Quantized(paired),
+                }));
+            }
+        }
+        Ok(ExpertsGlu::Apart { gate, up })
+    }
+
+    /// `silu(gate) * up` of each row `x` `[..., 1, in]` with its experts
+    /// `indices`, by the ops (a paired map's product split by views).
+    pub fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
+        match self {
+            ExpertsGlu::Apart { gate, up } => {
+                let up = up.forward(x, indices)?;
+                fused::swiglu(&gate.forward(x, indices)?, &up)
+            }
+            ExpertsGlu::Paired(both) => {
+                let (gate, up) = row_invariant::unpair_glu_columns(&both.forward(x, indices)?)?;
+                fused::swiglu(&gate, &up)
+            }
+        }
     }
 }

@@ -158,6 +158,20 @@ impl Fused {
         }
     }
 
+    /// The maps' whole product `[.., sum of widths]`, where they are one
+    /// packed product (their columns in the order they were loaded); None
+    /// elsewhere. The MoE kernels read the router's and the shared gate's
+    /// columns from it in place (docs/gpu.md, "The MoE block in four
+    /// kernels").
+    pub fn forward_whole(&self, x: &Array) -> Result<Option<Array>> {
+        match &self.stacked {
+            Some((weight @ LinearWeight::Quantized(_), _)) if !self.paired => {
+                Ok(Some(weight.apply(x)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// Whether the maps are one host product (the CPU path), so that
     /// stacking rows of several inputs costs one hand-over, not several.
     pub fn is_host(&self) -> bool {

@@ -1,0 +1,171 @@
+//! A MoE block's ends for decode steps and verified blocks (docs/gpu.md,
+//! "The MoE block in four kernels"): the router's choice
+//! (`kernels/cuda/moe_route.cu`) and the weighted sum of the experts with
+//! the shared expert and the residual (`kernels/cuda/moe_combine.cu`).
+//! Between them run the experts' gathered products (`qmm.cu` with
+//! `GATHER`, their gate and up maps paired for the GLU end). Each token is
+//! computed alone, so a verified block's rows equal a decode step's.
+
+use super::{single, MAX_ROWS};
+use crate::custom_kernel::{self, Body, Launch};
+use mlx_rs::error::Exception;
+use mlx_rs::{Array, Dtype};
+
+static ROUTE: Body = Body::new(
+    "moe_route",
+    include_str!("../../../../kernels/cuda/moe_route.cu"),
+);
+
+static COMBINE: Body = Body::new(
+    "moe_combine",
+    include_str!("../../../../kernels/cuda/moe_combine.cu"),
+);
+
+/// The most experts [`moe_route`] chooses from, and a token's most.
+pub const MAX_EXPERTS: i32 = 1024;
+pub const MAX_TOP_K: i32 = 32;
+
+/// What [`moe_route`] chose: pair `p = t * k + j` is token t's j-th expert.
+pub struct Routes {
+    /// `[2, T * k]` int32: (t, expert) of each pair, for the experts'
+    /// gate/up product of the token's row.
+    pub token_pairs: Array,
+    /// `[2, T * k]` int32: (p, expert), for the down product of the pair's
+    /// own row.
+    pub pair_pairs: Array,
+    /// `[T, k]`, the activations' type: each pair's weight.
+    pub scores: Array,
+}
+
+/// Whether [`moe_route`] takes `logits` (`[T, S]`, the first `experts`
+/// columns the experts') for `k` experts a token.
+pub fn takes_route(logits: &Array, experts: i32, k: i32) -> bool {
+    let s = logits.shape();
+    s.len() == 2
+        && (1..=MAX_ROWS).contains(&s[0])
+        && s[1] >= experts
+        && experts % 32 == 0
+        && (32..=MAX_EXPERTS).contains(&experts)
+        && (1..=MAX_TOP_K.min(experts)).contains(&k)
+        && matches!(logits.dtype(), Dtype::Bfloat16 | Dtype::Float16)
+}
+
+/// The router of a MoE block for each token: a precise softmax over the
+/// first `experts` logits of its row, rounded to their type, the `k`
+/// largest (the lower expert first among equals), divided by their sum
+/// when `normalize`. Check [`takes_route`] first.
+pub fn moe_route(
+    logits: &Array,
+    experts: i32,
+    k: i32,
+    normalize: bool,
+) -> Result<Routes, Exception> {
+    if !takes_route(logits, experts, k) {
+        return Err(Exception::custom(format!(
+            "MoE route kernel: unsupported logits {:?} {:?} for {k} of {experts} experts",
+            logits.shape(),
+            logits.dtype()
+        )));
+    }
+    let tokens = logits.shape()[0];
+    let pairs = tokens * k;
+    let mut outputs = custom_kernel::launch(&Launch {
+        body: &ROUTE,
+        input_names: &["logits"],
+        output_names: &["pairs_in", "pairs_out", "scores"],
+        inputs: &[logits],
+        outputs: &[
+            (vec![2, pairs], Dtype::Int32),
+            (vec![2, pairs], Dtype::Int32),
+            (vec![tokens, k], logits.dtype()),
+        ],
+        grid: [32 * tokens, 1, 1],
+        group: [32, 1, 1],
+        template: &[
+            ("E", experts),
+            ("K", k),
+            ("NORM", i32::from(normalize)),
+            ("HALF", i32::from(logits.dtype() == Dtype::Float16)),
+        ],
+    })?
+    .into_iter();
+    match (outputs.next(), outputs.next(), outputs.next()) {
+        (Some(token_pairs), Some(pair_pairs), Some(scores)) => Ok(Routes {
+            token_pairs,
+            pair_pairs,
+            scores,
+        }),
+        _ => Err(Exception::custom("MoE route kernel: missing outputs")),
+    }
+}
+
+/// Whether [`moe_combine`] takes these arrays: `down` `[T * k, H]`,
+/// `scores` `[T, k]`, `shared` `[T, H]`, `gate` `[T, S]` with
+/// `gate_column < S`, one type.
+pub fn takes_combine(
+    down: &Array,
+    scores: &Array,
+    shared: &Array,
+    gate: &Array,
+    gate_column: i32,
+) -> bool {
+    let (d, s, h, g) = (down.shape(), scores.shape(), shared.shape(), gate.shape());
+    let dtype = down.dtype();
+    d.len() == 2
+        && s.len() == 2
+        && h.len() == 2
+        && g.len() == 2
+        && s[0] == h[0]
+        && g[0] == h[0]
+        && d[0] == s[0] * s[1]
+        && d[1] == h[1]
+        && (0..g[1]).contains(&gate_column)
+        && (1..=MAX_TOP_K).contains(&s[1])
+        && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16)
+        && [scores, shared, gate].iter().all(|a| a.dtype() == dtype)
+}
+
+/// The MoE block's output for each token t: `sum_j down[t k + j] *
+/// scores[t, j]` plus `shared[t] * sigmoid(gate[t, gate_column])`, added
+/// onto `residual` when given (`[T, H]`), each step rounded as MLX's ops
+/// round it. Check [`takes_combine`] first.
+pub fn moe_combine(
+    down: &Array,
+    scores: &Array,
+    shared: &Array,
+    gate: &Array,
+    gate_column: i32,
+    residual: Option<&Array>,
+) -> Result<Array, Exception> {
+    if !takes_combine(down, scores, shared, gate, gate_column)
+        || residual.is_some_and(|r| r.shape() != shared.shape() || r.dtype() != shared.dtype())
+    {
+        return Err(Exception::custom(format!(
+            "MoE combine kernel: unsupported down {:?}, scores {:?}, shared {:?}, gate {:?} \
+             (column {gate_column}), residual {:?}",
+            down.shape(),
+            scores.shape(),
+            shared.shape(),
+            gate.shape(),
+            residual.map(|r| r.shape().to_vec())
+        )));
+    }
+    let (tokens, width) = (shared.shape()[0], shared.shape()[1]);
+    // Without a residual the kernel reads none: `shared` stands in for it.
+    let res = residual.unwrap_or(shared);
+    single(custom_kernel::launch(&Launch {
+        body: &COMBINE,
+        input_names: &["down", "scores", "shared", "gate", "res"],
+        output_names: &["y"],
+        inputs: &[down, scores, shared, gate, res],
+        outputs: &[(vec![tokens, width], shared.dtype())],
+        grid: [tokens * width, 1, 1],
+        group: [256, 1, 1],
+        template: &[
+            ("K", scores.shape()[1]),
+            ("GCOL", gate_column),
+            ("RES", i32::from(residual.is_some())),
+            ("HALF", i32::from(shared.dtype() == Dtype::Float16)),
+        ],
+    })?)
+}

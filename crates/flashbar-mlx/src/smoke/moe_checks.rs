@@ -1,0 +1,127 @@
+//! `flashbar smoke`'s check of a MoE block in its kernels, on a GPU
+//! (docs/gpu.md, "The MoE block in four kernels"): the router's choice, the
+//! experts' paired gate/up product with its GLU end, their down product and
+//! the weighted sum onto the residual, for 1-32 tokens against 1-token
+//! calls (bit for bit), and against MLX's ops over the same weights.
+
+use super::row_invariant_checks::{
+    largest_relative, rows_and_reference, rows_differing, values, ROWS,
+};
+use super::CheckResult;
+use crate::row_invariant::{gather_quantized_matmul_pairs, moe_combine, moe_route, pair_glu_rows};
+use mlx_rs::error::Exception;
+use mlx_rs::ops::indexing::IndexOp;
+use mlx_rs::ops::{argpartition_axis, concatenate, gather_qmm, quantize, sigmoid, softmax_axis};
+use mlx_rs::{Array, Dtype};
+
+const EXPERTS: i32 = 64;
+const TOP: i32 = 4;
+const HIDDEN: i32 = 256;
+/// An expert's hidden width: its gate and up paired make 512 rows, the
+/// narrowest the GLU end takes (four tiles a block).
+const INNER: i32 = 256;
+const TOKENS: i32 = 32;
+
+pub(crate) fn moe_block() -> Result<[CheckResult; 2], Exception> {
+    let (dtype, bits, group) = (Dtype::Bfloat16, 4, 64);
+    let weight = |seed, shape: &[i32]| -> Result<(Array, Array, Array), Exception> {
+        let w = values(seed, shape, Dtype::Float32)?.multiply(Array::from_f32(0.05))?;
+        quantize(&w.as_dtype(dtype)?, group, bits)
+    };
+    let (gq, gs, gb) = weight(500, &[EXPERTS, INNER, HIDDEN])?;
+    let (uq, us, ub) = weight(501, &[EXPERTS, INNER, HIDDEN])?;
+    let (dq, ds, db) = weight(502, &[EXPERTS, HIDDEN, INNER])?;
+    let (pq, ps, pb) = (
+        pair_glu_rows(&gq, &uq)?,
+        pair_glu_rows(&gs, &us)?,
+        pair_glu_rows(&gb, &ub)?,
+    );
+    // Router logits with the shared gate's after them (a stacked product):
+    // each token's experts a quarter apart, so no two probabilities are
+    // equal in bf16 and MLX's top-k and the kernel's choose alike.
+    let logits: Vec<f32> = (0..TOKENS)
+        .flat_map(|t| {
+            (0..=EXPERTS).map(move |e| match e {
+                EXPERTS => ((t % 7) as f32 - 3.0) * 0.7,
+                _ => ((e * 37 + t * 11) % EXPERTS) as f32 * 0.25 - 8.0,
+            })
+        })
+        .collect();
+    let logits = Array::from_slice(&logits, &[TOKENS, EXPERTS + 1]).as_dtype(dtype)?;
+    let x = values(503, &[TOKENS, HIDDEN], dtype)?;
+    let shared = values(504, &[TOKENS, HIDDEN], dtype)?;
+    let residual = values(505, &[TOKENS, HIDDEN], dtype)?;
+
+    let block = |tokens: std::ops::Range<i32>| -> Result<Array, Exception> {
+        let count = tokens.len() as i32;
+        let routes = moe_route(&logits.index(tokens.clone()), EXPERTS, TOP, true)?;
+        let hidden = gather_quantized_matmul_pairs(
+            &x.index(tokens.clone()),
+            &pq,
+            &ps,
+            &pb,
+            &routes.token_pairs,
+            count,
+            group,
+            bits,
+            true,
+        )?;
+        let down = gather_quantized_matmul_pairs(
+            &hidden,
+            &dq,
+            &ds,
+            &db,
+            &routes.pair_pairs,
+            count,
+            group,
+            bits,
+            false,
+        )?;
+        moe_combine(
+            &down,
+            &routes.scores,
+            &shared.index(tokens.clone()),
+            &logits.index(tokens.clone()),
+            EXPERTS,
+            Some(&residual.index(tokens)),
+        )
+    };
+    let singles = (0..TOKENS)
+        .map(|t| block(t..t + 1))
+        .collect::<Result<Vec<_>, _>>()?;
+    let singles = concatenate(&singles, 0)?;
+    let mut differing = 0.0;
+    for m in ROWS {
+        differing += rows_differing(&block(0..m)?, &singles.index(..m), 0)?;
+    }
+
+    // The ops path of the same block (nn/moe.rs), the maps apart.
+    let probs = softmax_axis(logits.index((.., ..EXPERTS)), -1, true)?;
+    let experts = argpartition_axis(&probs, -TOP, -1)?.index((.., -TOP..));
+    let scores = probs.take_along_axis(&experts, -1)?;
+    let scores = scores.divide(scores.sum_axis(-1, true)?)?;
+    let rows = x.expand_dims_axes(&[-2, -3])?; // [T, 1, 1, H]
+    let gathered = |x: &Array, w: &Array, s: &Array, b: &Array| {
+        gather_qmm(x, w, s, b, None, &experts, true, group, bits, false)
+    };
+    let gate = gathered(&rows, &gq, &gs, &gb)?;
+    let hidden = gate
+        .multiply(sigmoid(&gate)?)?
+        .multiply(gathered(&rows, &uq, &us, &ub)?)?;
+    let down = gathered(&hidden, &dq, &ds, &db)?.squeeze_axes(&[-2])?; // [T, k, H]
+    let routed = down
+        .multiply(scores.expand_dims(-1)?)?
+        .sum_axis(-2, false)?;
+    let gated = shared.multiply(sigmoid(logits.index((.., EXPERTS..)))?)?;
+    let reference = residual.add(routed.add(gated)?)?;
+    let versus_ops = largest_relative(&singles, &reference)?;
+    Ok(rows_and_reference(
+        ("moe_block_rows_invariant", differing),
+        ("moe_block_vs_ops", versus_ops),
+        // bf16 dequantization in the experts' products, and the experts'
+        // outputs summed in the kernel's order (largest weight first)
+        // where MLX's top-k leaves its own: rounding only.
+        3e-2,
+        super::host_f32(&singles.index(..2))?,
+    ))
+}
