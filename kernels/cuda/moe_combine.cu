@@ -1,5 +1,5 @@
 // moe_combine: the end of a MoE block for a decode step or a verified block
-// (docs/gpu.md, "The MoE block in four kernels"): each token's experts'
+// (docs/gpu.md, "The MoE block in kernels"): each token's experts'
 // outputs weighted by their scores and summed, the shared expert's output
 // times the sigmoid of its gate added, and the sum added onto the residual
 // stream. Each output is computed alone, with each step rounded to the

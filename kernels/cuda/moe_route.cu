@@ -1,5 +1,5 @@
 // moe_route: a MoE router's choice for each token of a decode step or a
-// verified block (docs/gpu.md, "The MoE block in four kernels"): the
+// verified block (docs/gpu.md, "The MoE block in kernels"): the
 // softmax over the experts' logits, the top K, their scores (divided by
 // their sum with NORM), and the (row, expert) pairs the experts' gathered
 // products read (qmm.cu with GATHER).

@@ -1,5 +1,5 @@
 //! `flashbar smoke`'s check of a MoE block in its kernels, on a GPU
-//! (docs/gpu.md, "The MoE block in four kernels"): the router's choice, the
+//! (docs/gpu.md, "The MoE block in kernels"): the router's choice, the
 //! experts' paired gate/up product with its GLU end, their down product and
 //! the weighted sum onto the residual, for 1-32 tokens against 1-token
 //! calls (bit for bit), and against MLX's ops over the same weights.

@@ -3,7 +3,7 @@
 //! plus a shared expert scaled by its own sigmoid gate.
 //!
 //! On CUDA's row kernels a decode step or a verified block runs the block in
-//! seven kernels (docs/gpu.md, "The MoE block in four kernels"): the router
+//! seven kernels (docs/gpu.md, "The MoE block in kernels"): the router
 //! and the shared gate as one product, the router's choice
 //! (`row_invariant::moe_route`), the experts' paired gate/up product with
 //! its GLU end, their down product, the shared expert's two, and the
@@ -99,13 +99,19 @@ impl SparseMoe {
             return Ok(out);
         }
         let (logits, shared_gate) = self.router.forward(x)?;
-        let probs = softmax_axis(logits, -1, true)?;
-        let k = self.top_k;
-        let experts = argpartition_axis(&probs, -k, -1)?.index((.., .., -k..));
-        let mut scores = probs.take_along_axis(&experts, -1)?;
-        if self.norm_topk_prob {
-            scores = scores.divide(scores.sum_axis(-1, true)?)?;
-        }
+        let (experts, scores) = match self.route_by_kernel(&logits)? {
+            Some(chosen) => chosen,
+            None => {
+                let probs = softmax_axis(logits, -1, true)?;
+                let k = self.top_k;
+                let experts = argpartition_axis(&probs, -k, -1)?.index((.., .., -k..));
+                let mut scores = probs.take_along_axis(&experts, -1)?;
+                if self.norm_topk_prob {
+                    scores = scores.divide(scores.sum_axis(-1, true)?)?;
+                }
+                (experts, scores)
+            }
+        };
         // Each token row meets each of its k experts: [B, L, 1, 1, hidden].
         let rows = x.expand_dims_axes(&[-2, -3])?;
         let hidden = self.experts.forward(&rows, &experts)?;
@@ -120,6 +126,29 @@ impl SparseMoe {
             .forward(x)?
             .multiply(sigmoid(shared_gate)?)?;
         Ok(Onto::Apart(routed.add(shared)?))
+    }
+
+    /// The experts and their scores (`[B, L, k]` each) by the route kernel,
+    /// where the block's kernels are on, for a prefill too: MLX's top-k on
+    /// CUDA broke ties between equal probabilities differently from run to
+    /// run, so the same prompt decoded differently (docs/gpu.md, "The MoE
+    /// block in four kernels"). None elsewhere (the ops).
+    fn route_by_kernel(&self, logits: &Array) -> Result<Option<(Array, Array)>> {
+        if !matches!(self.router, Router::Fused(_)) {
+            return Ok(None);
+        }
+        let shape = logits.shape();
+        let tokens: i32 = shape[..shape.len() - 1].iter().product();
+        let logits = logits.reshape(&[tokens, shape[shape.len() - 1]])?;
+        if !row_invariant::takes_route(&logits, self.num_experts, self.top_k) {
+            return Ok(None);
+        }
+        let routes =
+            row_invariant::moe_route(&logits, self.num_experts, self.top_k, self.norm_topk_prob)?;
+        let mut lead = shape[..shape.len() - 1].to_vec();
+        lead.push(self.top_k);
+        let experts = routes.token_pairs.index(1).reshape(&lead)?;
+        Ok(Some((experts, routes.scores.reshape(&lead)?)))
     }
 
     /// The block in its kernels (the module's doc), where they take `x`:
