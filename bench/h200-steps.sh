@@ -10,7 +10,7 @@
 # sequence (a round's kernels in order), ab (rounds at 1,024 tokens, ours
 # and $ALSO in turn, twice), peak (a prefill's peak memory stepwise), accept (the embedded pair:
 # lossless, forced and auto; accept-also: the same with $ALSO; gatelog: the same with the
-# gate's shadow probes logged), vs35 and counts35 (the 35B-A3B shape: vs mlx-lm with $ALSO,
+# gate's shadow probes logged), repeat35 (a prefill twice: where it first differs), vs35 and counts35 (the 35B-A3B shape: vs mlx-lm with $ALSO,
 # kernels a step with $ALSO; round35: its DFlash round and lossless check), smoke,
 # save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0).
@@ -77,6 +77,12 @@ for step in "$@"; do
       ;;
     peak)
       run 200 peak "$pkg/prefill_peak" "$nine" --stepwise 256 1024
+      ;;
+    repeat35)
+      # the 35B-A3B's prefill three times: the first layer whose output differs
+      run 200 repeat35 "$pkg/prefill_repeat" target/bench/qwen3.6-35b-a3b-4bit 1024 3
+      run 100 repeat35-64 "$pkg/prefill_repeat" target/bench/qwen3.6-35b-a3b-4bit 64 3
+      run 100 repeat9b "$pkg/prefill_repeat" "$nine" 1024 3
       ;;
     accept)
       run 200 accept python3 bench/acceptance.py --flashbar "$bin" --no-reference \

@@ -143,6 +143,8 @@ def bench_ours(binary: str, path: Path, prompt: str, max_tokens: int, repeats: i
     report = whole["prompts"][0]
     return {
         "peak_memory_gb": whole["peak_memory_bytes"] / 1e9,
+        "peak_after_load_gb": whole["peak_memory_after_load_bytes"] / 1e9,
+        "peak_after_warmup_gb": whole["peak_memory_after_warmup_bytes"] / 1e9,
         "prompt_tokens": report["prompt_tokens"],
         "completion_tokens": report["completion_tokens"],
         "prefill": report["prefill_tokens_per_second"],
@@ -214,7 +216,9 @@ def main():
     print(f"{'':10}{'flashbar':>12}{'mlx-lm':>12}{'ratio':>9}")
     for key in ("prefill", "decode"):
         print(f"{key + ' tok/s':<16}{ours[key]:>8.1f}{theirs[key]:>12.1f}{ours[key] / theirs[key]:>9.2f}x")
-    print(f"peak memory: flashbar {ours['peak_memory_gb']:.2f} GB, mlx-lm {theirs['peak_memory_gb']:.2f} GB")
+    print(f"peak memory: flashbar {ours['peak_memory_gb']:.2f} GB (after the load "
+          f"{ours['peak_after_load_gb']:.2f}, after a warm-up answer {ours['peak_after_warmup_gb']:.2f}), "
+          f"mlx-lm {theirs['peak_memory_gb']:.2f} GB")
     for spec, run in variants:
         print(f"flashbar with {spec}: " + ", ".join(
             f"{key} {run[key]:.1f} tok/s ({run[key] / theirs[key]:.2f}x mlx-lm, "

@@ -29,11 +29,14 @@ else
   profile=$target/release
   cp "$profile/flashbar" "$stage/"
   strip "$stage/flashbar"
-  # A prefill's memory by prompt length (docs/gpu.md, "Left to do").
+  # A prefill's memory by prompt length (docs/gpu.md, "Left to do"), and
+  # whether it gives the same bits twice ("Same prompt, same answer").
   CARGO_TARGET_DIR=$target cargo build --release --features flashbar-mlx/cuda -p flashbar-models \
-    --example prefill_peak
-  cp "$profile/examples/prefill_peak" "$stage/"
-  strip "$stage/prefill_peak"
+    --example prefill_peak --example prefill_repeat
+  for example in prefill_peak prefill_repeat; do
+    cp "$profile/examples/$example" "$stage/"
+    strip "$stage/$example"
+  done
   cp -rL "$profile/mlx" "$stage/mlx"
   cp -rL "$profile/mlx_cuda_13.libs" "$stage/"
 fi

@@ -126,6 +126,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         anyhow::bail!("drafter not found: {} is not a folder", d.display());
     }
     let engine = Engine::load(&dir, args.drafter.as_deref())?;
+    // MLX's peak after each stage, to find what holds a run's peak
+    // (docs/gpu.md, "Left to do": the peak memory).
+    let peak_after_load = mlx_rs::memory::peak_memory()?;
     if args.verify_cost {
         if args.block < 1 || args.context_tokens < 1 {
             anyhow::bail!("--block and --context-tokens must be at least 1");
@@ -176,6 +179,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         run_logged(prompt, max_tokens, speculation, &mut RoundLog::default())
     };
     run_once(&prompts[0], 8, Speculation::Off)?; // warm-up
+    let peak_after_warmup = mlx_rs::memory::peak_memory()?;
     if engine.drafter().is_some() {
         run_once(&prompts[0], 8, Speculation::Dflash)?;
     }
@@ -270,13 +274,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "device": backend,
             "prompts": reports,
             "peak_memory_bytes": mlx_rs::memory::peak_memory()?,
+            "peak_memory_after_load_bytes": peak_after_load,
+            "peak_memory_after_warmup_bytes": peak_after_warmup,
         });
         println!("{json}");
     } else {
         println!(
-            "model {} on {backend}, peak memory {:.2} GB",
+            "model {} on {backend}, peak memory {:.2} GB (after the load {:.2} GB, after a \
+             plain warm-up answer {:.2} GB)",
             dir.display(),
-            mlx_rs::memory::peak_memory()? as f64 / 1e9
+            mlx_rs::memory::peak_memory()? as f64 / 1e9,
+            peak_after_load as f64 / 1e9,
+            peak_after_warmup as f64 / 1e9
         );
         for r in &reports {
             println!(
