@@ -83,6 +83,8 @@ for step in "$@"; do
       run 200 repeat35 "$pkg/prefill_repeat" target/bench/qwen3.6-35b-a3b-4bit 1024 3
       run 100 repeat35-64 "$pkg/prefill_repeat" target/bench/qwen3.6-35b-a3b-4bit 64 3
       run 100 repeat9b "$pkg/prefill_repeat" "$nine" 1024 3
+      run 200 repeat35-blocks env FLASHBAR_MOE_PREFILL_BLOCKS=1 "$pkg/prefill_repeat" \
+        target/bench/qwen3.6-35b-a3b-4bit 1024 3
       ;;
     accept)
       run 200 accept python3 bench/acceptance.py --flashbar "$bin" --no-reference \

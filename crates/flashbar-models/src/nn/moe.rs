@@ -27,6 +27,18 @@ fn moe_kernels() -> bool {
     row_qmm() && std::env::var(MOE_KERNELS_ENV).as_deref() != Ok("0")
 }
 
+/// `1` runs a prefill's MoE blocks through the kernels too, in blocks of
+/// 32 tokens, instead of MLX's `gather_qmm`: deterministic by
+/// construction, at the cost of reading the experts' weights once a block;
+/// off by default, for the diagnosis of a long prefill that is not
+/// repeatable (docs/gpu.md, "Same prompt, same answer").
+pub const MOE_PREFILL_BLOCKS_ENV: &str = "FLASHBAR_MOE_PREFILL_BLOCKS";
+
+fn prefill_blocks() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(MOE_PREFILL_BLOCKS_ENV).as_deref() == Ok("1"))
+}
+
 pub struct SparseMoe {
     router: Router,
     experts: ExpertsGlu,
@@ -98,6 +110,9 @@ impl SparseMoe {
         if let Some(out) = self.forward_kernels(x, residual)? {
             return Ok(out);
         }
+        if let Some(out) = self.forward_in_blocks(x, residual)? {
+            return Ok(out);
+        }
         let (logits, shared_gate) = self.router.forward(x)?;
         let (experts, scores) = match self.route_by_kernel(&logits)? {
             Some(chosen) => chosen,
@@ -126,6 +141,30 @@ impl SparseMoe {
             .forward(x)?
             .multiply(sigmoid(shared_gate)?)?;
         Ok(Onto::Apart(routed.add(shared)?))
+    }
+
+    /// A prefill's block through the kernels 32 tokens at a time, where
+    /// [`MOE_PREFILL_BLOCKS_ENV`] asks for it (`[1, L, hidden]` only).
+    fn forward_in_blocks(&self, x: &Array, residual: Option<&Array>) -> Result<Option<Onto>> {
+        let shape = x.shape();
+        if !prefill_blocks() || shape.len() != 3 || shape[0] != 1 {
+            return Ok(None);
+        }
+        let mut outs = Vec::new();
+        for start in (0..shape[1]).step_by(row_invariant::MAX_ROWS as usize) {
+            let end = (start + row_invariant::MAX_ROWS).min(shape[1]);
+            let rows = x.index((.., start..end, ..));
+            let res = residual.map(|r| r.index((.., start..end, ..)));
+            match self.forward_kernels(&rows, res.as_ref())? {
+                Some(Onto::Added(out) | Onto::Apart(out)) => outs.push(out),
+                None => return Ok(None),
+            }
+        }
+        let out = mlx_rs::ops::concatenate(&outs, 1)?;
+        Ok(Some(match residual {
+            Some(_) => Onto::Added(out),
+            None => Onto::Apart(out),
+        }))
     }
 
     /// The experts and their scores (`[B, L, k]` each) by the route kernel,
