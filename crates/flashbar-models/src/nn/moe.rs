@@ -65,7 +65,15 @@ impl Router {
     fn forward(&self, x: &Array) -> Result<(Array, Array)> {
         match self {
             Router::Apart { gate, shared_gate } => Ok((gate.forward(x)?, shared_gate.forward(x)?)),
-            Router::Fused(both) => Ok((both.forward_one(0, x)?, both.forward_one(1, x)?)),
+            Router::Fused(both) => {
+                let mut maps = both.forward(x)?.into_iter();
+                match (maps.next(), maps.next()) {
+                    (Some(logits), Some(shared_gate)) => Ok((logits, shared_gate)),
+                    _ => {
+                        Err(mlx_rs::error::Exception::custom("the router gave no two maps").into())
+                    }
+                }
+            }
         }
     }
 }
@@ -209,7 +217,10 @@ impl SparseMoe {
         // product where the two maps are stacked.
         let (logits, gate, gate_column) = match router.forward_whole(&x2)? {
             Some(both) => (both.clone(), both, self.num_experts),
-            None => (router.forward_one(0, &x2)?, router.forward_one(1, &x2)?, 0),
+            None => {
+                let (logits, gate) = self.router.forward(&x2)?;
+                (logits, gate, 0)
+            }
         };
         if !row_invariant::takes_route(&logits, self.num_experts, self.top_k) {
             return Ok(None);
