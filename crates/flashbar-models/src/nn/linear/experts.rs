@@ -184,3 +184,83 @@ impl ExpertsGlu {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packed(seed: i32, experts: i32, out: i32, inputs: i32) -> Packed {
+        let n = experts * out * inputs;
+        let values: Vec<f32> = (0..n)
+            .map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32 / 2003.0 - 0.5) * 0.1)
+            .collect();
+        let w = Array::from_slice(&values, &[experts, out, inputs])
+            .as_dtype(mlx_rs::Dtype::Bfloat16)
+            .unwrap();
+        let (weight, scales, biases) = mlx_rs::ops::quantize(&w, 64, 4).unwrap();
+        Packed {
+            weight,
+            scales,
+            biases,
+            group_size: 64,
+            bits: 4,
+            row_kernel: false,
+        }
+    }
+
+    /// A prefill runs paired experts (the GPU's layout) by the ops: the
+    /// paired product split back into gate and up by views. It must give
+    /// what the maps apart give, bit for bit (each expert's rows paired
+    /// alone, each output column its own sum).
+    #[test]
+    fn paired_experts_give_what_the_maps_apart_give() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let (gate, up) = (packed(1, 4, 32, 128), packed(2, 4, 32, 128));
+        let paired = Packed::rebuilt(&gate, |of| {
+            Ok(row_invariant::pair_glu_rows(of(&gate), of(&up))?)
+        })
+        .unwrap();
+        let apart = ExpertsGlu::Apart {
+            gate: SwitchLinear {
+                weight: LinearWeight::Quantized(gate),
+            },
+            up: SwitchLinear {
+                weight: LinearWeight::Quantized(up),
+            },
+        };
+        let paired = ExpertsGlu::Paired(SwitchLinear {
+            weight: LinearWeight::Quantized(paired),
+        });
+        // 3 tokens, 2 experts each: [B, L, 1, 1, in] rows, [B, L, k] experts.
+        let x: Vec<f32> = (0..3 * 128)
+            .map(|i| ((i % 37) as f32 - 18.0) / 20.0)
+            .collect();
+        let x = Array::from_slice(&x, &[1, 3, 1, 1, 128])
+            .as_dtype(mlx_rs::Dtype::Bfloat16)
+            .unwrap();
+        let experts = Array::from_slice(&[0u32, 3, 1, 2, 3, 0], &[1, 3, 2]);
+        let (a, p) = (
+            apart.forward(&x, &experts).unwrap(),
+            paired.forward(&x, &experts).unwrap(),
+        );
+        assert_eq!(a.shape(), &[1, 3, 2, 1, 32]);
+        assert_eq!(p.shape(), a.shape());
+        assert!(
+            a.eq_values(&p).unwrap(),
+            "paired experts differ from the maps apart"
+        );
+        // Gate and up the other way round do not pass.
+        let map = |seed| SwitchLinear {
+            weight: LinearWeight::Quantized(packed(seed, 4, 32, 128)),
+        };
+        let swapped = ExpertsGlu::Apart {
+            gate: map(2),
+            up: map(1),
+        };
+        assert!(!swapped
+            .forward(&x, &experts)
+            .unwrap()
+            .eq_values(&p)
+            .unwrap());
+    }
+}
