@@ -10,9 +10,9 @@
 # sequence (a round's kernels in order), ab (rounds at 1,024 tokens, ours
 # and $ALSO in turn, twice), peak (a prefill's peak memory stepwise), accept (the embedded pair:
 # lossless, forced and auto; accept-also: the same with $ALSO; gatelog: the same with the
-# gate's shadow probes logged), repeat35 (a prefill twice: where it first differs), vs35 and counts35 (the 35B-A3B shape: vs mlx-lm with $ALSO,
+# gate's shadow probes logged), repeat35 (a prefill twice: where it first differs; vs35fix: the ways that might fix it, timed), vs35 and counts35 (the 35B-A3B shape: vs mlx-lm with $ALSO,
 # kernels a step with $ALSO; round35: its DFlash round and lossless check), smoke,
-# save (kernel caches).
+# steptime (a decode step's kernels timed one by one, 9B and 35B-A3B), save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,6 +62,12 @@ for step in "$@"; do
       run 200 counts python3 bench/launch_counts.py --flashbar "$bin" --model "$nine" \
         --dflash target/bench/qwen3.5-9b-4bit-drafter5 --also "$also" --sequence
       ;;
+    steptime)
+      # a plain decode step's kernels in order, each timed alone, 9B then 35B-A3B
+      run 200 steptime python3 bench/launch_counts.py --flashbar "$bin" --model "$nine" --sequence
+      run 200 steptime35 python3 bench/launch_counts.py --flashbar "$bin" \
+        --model target/bench/qwen3.6-35b-a3b-4bit --sequence
+      ;;
     sequence)
       run 200 sequence python3 bench/launch_counts.py --flashbar "$bin" --model "$nine" \
         --dflash target/bench/qwen3.5-9b-4bit-drafter5 --sequence
@@ -83,8 +89,17 @@ for step in "$@"; do
       run 200 repeat35 "$pkg/prefill_repeat" target/bench/qwen3.6-35b-a3b-4bit 1024 3
       run 100 repeat35-64 "$pkg/prefill_repeat" target/bench/qwen3.6-35b-a3b-4bit 64 3
       run 100 repeat9b "$pkg/prefill_repeat" "$nine" 1024 3
+      run 300 repeat35-mlx-lm python3 bench/prefill_repeat_mlx_lm.py target/bench/qwen3.6-35b-a3b-4bit 1024 3
       run 200 repeat35-blocks env FLASHBAR_MOE_PREFILL_BLOCKS=1 "$pkg/prefill_repeat" \
         target/bench/qwen3.6-35b-a3b-4bit 1024 3
+      run 200 repeat35-sorted env FLASHBAR_MOE_SORT=1 "$pkg/prefill_repeat" \
+        target/bench/qwen3.6-35b-a3b-4bit 1024 3
+      ;;
+    vs35fix)
+      # the 35B-A3B's prefill by each repeatable way, beside the default and mlx-lm
+      run 400 vs35fix python3 bench/vs_mlx_lm.py --flashbar "$bin" --shape qwen3.6-35b-a3b \
+        --prompt-tokens 1024 --exact-prompt --bandwidth 2830 --repeats 2 --max-tokens 32 \
+        --also FLASHBAR_MOE_SORT=1 --also FLASHBAR_MOE_PREFILL_BLOCKS=1
       ;;
     accept)
       run 200 accept python3 bench/acceptance.py --flashbar "$bin" --no-reference \

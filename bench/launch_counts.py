@@ -89,12 +89,12 @@ def profile(binary, model, prompt, tokens, env, drafter=None):
     rows = list(csv.DictReader(io.StringIO(text[start:])))
     rows = [r for r in rows if r.get("ID", "").isdigit()]  # drop the units row
     counts, times = collections.Counter(), collections.Counter()
-    names = [row["Kernel Name"] for row in rows]
-    for row in rows:
-        label = group(row["Kernel Name"])
+    names = [(row["Kernel Name"], float(row.get("gpu__time_duration.sum", "0").replace(",", "") or 0))
+             for row in rows]
+    for name, ns in names:
+        label = group(name)
         counts[label] += 1
-        value = row.get("gpu__time_duration.sum", "0").replace(",", "")
-        times[label] += float(value or 0)
+        times[label] += ns
     return (generated if drafter is None else rounds), counts, times, names
 
 
@@ -107,7 +107,7 @@ def last_unit(names, dflash, per_unit):
         return names[-per_unit:]
     # A rollback: replays (one a gated-delta layer) at most 3 kernels apart
     # (a layer's conv-state rows may be copied between them).
-    replays = [i for i, n in enumerate(names) if "flashbar_gdn_replay" in n]
+    replays = [i for i, (n, _) in enumerate(names) if "flashbar_gdn_replay" in n]
     ends = [i for i, nxt in zip(replays, replays[1:] + [None]) if nxt is None or nxt - i > 4]
     if len(ends) < 3:
         return []
@@ -117,7 +117,7 @@ def last_unit(names, dflash, per_unit):
 def folded(names):
     """`name x N` for each run of one name, the names cut to their first 60 characters."""
     out = []
-    for name in names:
+    for name, _ in names:
         short = name.split("(")[0][:60]
         if out and out[-1][0] == short:
             out[-1][1] += 1
@@ -157,6 +157,16 @@ def main():
                 print(f"  {name:<30}{per_step:>7.1f}  {s2[name] / c2[name] / 1e3:>8.1f} us")
         if args.sequence:
             unit_names = last_unit(names, args.dflash is not None, round(total))
+            # Each kernel's time alone (ncu serializes them and flushes the
+            # caches before each), summed: the GPU's share of a step, beside
+            # the step's wall time, says how much of it is gaps between kernels.
+            spent = collections.Counter()
+            for name, ns in unit_names:
+                spent[group(name)] += ns
+            print(f"  the last {unit}'s kernels, each timed alone: "
+                  f"{sum(spent.values()) / 1e6:.3f} ms in all; by family:")
+            for name, ns in spent.most_common():
+                print(f"    {name:<34}{ns / 1e3:>9.1f} us")
             print(f"  the last {unit}'s {len(unit_names)} kernels in order:")
             for line in folded(unit_names):
                 print(f"    {line}")

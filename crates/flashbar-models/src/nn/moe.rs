@@ -12,7 +12,9 @@
 
 use crate::config::TextConfig;
 use crate::error::Result;
-use crate::nn::linear::{row_qmm, ExpertsGlu, Fused, Linear, Onto, SwitchLinear, Weights};
+use crate::nn::linear::{
+    experts_by_sorted_rows, row_qmm, ExpertsGlu, Fused, Linear, Onto, SwitchLinear, Weights,
+};
 use crate::nn::mlp::Mlp;
 use flashbar_mlx::row_invariant;
 use mlx_rs::ops::indexing::IndexOp;
@@ -38,6 +40,20 @@ fn prefill_blocks() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var(MOE_PREFILL_BLOCKS_ENV).as_deref() == Ok("1"))
 }
+
+/// `1` sorts a prefill's (token, expert) rows by expert before MLX's
+/// `gather_qmm` and tells it so, as mlx-lm does for 64 rows or more; for the
+/// diagnosis of a long prefill that is not repeatable (docs/gpu.md, "Same
+/// prompt, same answer").
+pub const MOE_SORT_ENV: &str = "FLASHBAR_MOE_SORT";
+
+fn sort_rows() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(MOE_SORT_ENV).as_deref() == Ok("1"))
+}
+
+/// mlx-lm's threshold: fewer (token, expert) rows than this are not sorted.
+const SORT_FROM_ROWS: i32 = 64;
 
 pub struct SparseMoe {
     router: Router,
@@ -135,13 +151,17 @@ impl SparseMoe {
                 (experts, scores)
             }
         };
-        // Each token row meets each of its k experts: [B, L, 1, 1, hidden].
-        let rows = x.expand_dims_axes(&[-2, -3])?;
-        let hidden = self.experts.forward(&rows, &experts)?;
-        let out = self
-            .down_proj
-            .forward(&hidden, &experts)?
-            .squeeze_axes(&[-2])?; // [B, L, k, hidden]
+        let out = match sort_rows() && experts.size() as i32 >= SORT_FROM_ROWS {
+            true => experts_by_sorted_rows(&self.experts, &self.down_proj, x, &experts)?,
+            false => {
+                // Each token row meets each of its k experts: [B, L, 1, 1, hidden].
+                let rows = x.expand_dims_axes(&[-2, -3])?;
+                let hidden = self.experts.forward(&rows, &experts)?;
+                self.down_proj
+                    .forward(&hidden, &experts)?
+                    .squeeze_axes(&[-2])? // [B, L, k, hidden]
+            }
+        };
         let routed = out.multiply(scores.expand_dims(-1)?)?.sum_axis(-2, false)?;
 
         let shared = self
