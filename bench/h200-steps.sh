@@ -90,7 +90,7 @@ for step in "$@"; do
       run 100 repeat35-64 "$pkg/prefill_repeat" target/bench/qwen3.6-35b-a3b-4bit 64 3
       run 100 repeat9b "$pkg/prefill_repeat" "$nine" 1024 3
       run 300 repeat35-mlx-lm python3 bench/prefill_repeat_mlx_lm.py target/bench/qwen3.6-35b-a3b-4bit 1024 3
-      run 200 repeat35-blocks env FLASHBAR_MOE_PREFILL_BLOCKS=1 "$pkg/prefill_repeat" \
+      run 200 repeat35-kernels env FLASHBAR_MOE_PREFILL_KERNELS=1 "$pkg/prefill_repeat" \
         target/bench/qwen3.6-35b-a3b-4bit 1024 3
       run 200 repeat35-sorted env FLASHBAR_MOE_SORT=1 "$pkg/prefill_repeat" \
         target/bench/qwen3.6-35b-a3b-4bit 1024 3
@@ -99,7 +99,7 @@ for step in "$@"; do
       # the 35B-A3B's prefill by each repeatable way, beside the default and mlx-lm
       run 400 vs35fix python3 bench/vs_mlx_lm.py --flashbar "$bin" --shape qwen3.6-35b-a3b \
         --prompt-tokens 1024 --exact-prompt --bandwidth 2830 --repeats 2 --max-tokens 32 \
-        --also FLASHBAR_MOE_SORT=1 --also FLASHBAR_MOE_PREFILL_BLOCKS=1
+        --also FLASHBAR_MOE_SORT=1 --also FLASHBAR_MOE_PREFILL_KERNELS=1
       ;;
     accept)
       run 200 accept python3 bench/acceptance.py --flashbar "$bin" --no-reference \

@@ -26,10 +26,12 @@
 // biases hold one map per expert ([E, N, ..]), and
 //   const int32_t* pairs    [2, P]   the input row and the expert of each output row
 // (else unread); y is [P, NO]. Block (column block, expert e) takes the pairs
-// routed to e, in order, as the rows of its tile (at most 32: a token meets
-// an expert once), and returns at once where there are none: each expert's
-// weights are read once for all its rows, and a row is summed as it would be
-// alone, wherever it sits in the tile (as for M rows above).
+// routed to e, in order, 32 at a time as the rows of its tile, and returns at
+// once where there are none: a decode step's or a verified block's expert
+// has at most 32 (a token meets an expert once), so its weights are read once
+// for all its rows; a prefill's expert may have hundreds, one tile after
+// another. A row is summed as it would be alone, wherever it sits in
+// whichever tile (as for M rows above).
 // Run-time: M, K, N, the group size
 // K / groups (32, 64 or 128) and the block's warps (1 .. MAX_WARPS,
 // splitting K; many warps a block keep a small layer's latency low,
@@ -84,14 +86,18 @@ const int warps = blockDim.x >> 5;
 const int lane = threadIdx.x & 31;
 const int warp = threadIdx.x >> 5;
 
-// GATHER: this block's expert's pairs, found by the first warp in order.
+// GATHER: this block's expert's pairs, found by the first warp in order,
+// the 32 from `tile0` on as this pass's tile. Without GATHER one pass.
 const int* pr = reinterpret_cast<const int*>(pairs);
 __shared__ int tile_pair[32];
 __shared__ int tile_rows;
 size_t first_row = 0;  // the expert's first row of w, scales and biases
+for (int tile0 = 0;; tile0 += 32) {
 if constexpr (GATHER) {
   const int P = pairs_shape[1];
   const int e = blockIdx.y;
+  // The last pass's stores read tile_pair and its sums `partial`: all done.
+  __syncthreads();
   if (warp == 0) {
     int found = 0;
     for (int base = 0; base < P; base += 32) {
@@ -99,15 +105,17 @@ if constexpr (GATHER) {
       const bool mine = p < P && pr[P + p] == e;
       const unsigned int ballot = __ballot_sync(0xFFFFFFFFu, mine);
       const int at = found + __popc(ballot & ((1u << lane) - 1u));
-      if (mine && at < 32) tile_pair[at] = p;
+      if (mine && at >= tile0 && at < tile0 + 32) tile_pair[at - tile0] = p;
       found += __popc(ballot);
     }
-    if (lane == 0) tile_rows = found < 32 ? found : 32;
+    if (lane == 0) tile_rows = min(max(found - tile0, 0), 32);
   }
   __syncthreads();
   M = tile_rows;
-  if (M == 0) return;
+  if (M == 0) break;
   first_row = (size_t)e * N;
+} else if (tile0 > 0) {
+  break;
 }
 // Row r of the tile: the row of x it reads, the row of y it writes.
 auto x_row = [&](int r) -> size_t { return GATHER ? (size_t)pr[tile_pair[r]] : (size_t)r; };
@@ -361,3 +369,4 @@ if (warps == 1) {
     store(tile / NT, tile % NT, (idx >> 5) & 3, idx & 31, sum(idx), up);
   }
 }
+}  // one pass a tile of the expert's pairs

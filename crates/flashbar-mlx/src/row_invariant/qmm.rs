@@ -339,7 +339,8 @@ fn part_start(parts: &[i32], i: usize) -> i32 {
 const QMM_INPUTS: [&str; 6] = ["x", "w", "scales", "biases", "res", "pairs"];
 
 /// Whether [`gather_quantized_matmul`] takes `x` (`[rows, K]`) with these
-/// experts' scales (`[E, N, groups]`) for `tokens` tokens.
+/// experts' scales (`[E, N, groups]`) for `tokens` tokens: any number, an
+/// expert's pairs taken 32 at a time.
 pub fn takes_gathered(x: &Array, scales: &Array, group_size: i32, bits: i32, tokens: i32) -> bool {
     x.ndim() == 2
         && scales.ndim() == 3
@@ -347,16 +348,17 @@ pub fn takes_gathered(x: &Array, scales: &Array, group_size: i32, bits: i32, tok
         && scales.dtype() == x.dtype()
         && matches!(bits, 4 | 8)
         && matches!(group_size, 32 | 64 | 128)
-        && (1..=MAX_ROWS).contains(&tokens)
+        && tokens >= 1
 }
 
 /// A MoE's experts (docs/gpu.md, "The experts"): output row p is
 /// `x[rows[p]] W[experts[p]]^T` for MLX's affine-quantized `w`
 /// (`[E, N, K * bits / 32]`), `x` `[R, K]`, `rows` and `experts` `[P]`
-/// int32, at most 32 pairs to one expert (`tokens` tokens, each meeting an
-/// expert once). Each expert's weights are read once for all its rows, and
-/// every row is summed as it would be alone, so a verified block's rows
-/// equal a decode step's. Check [`takes_gathered`] first.
+/// int32 (`tokens` tokens, each meeting an expert once). Each expert's
+/// weights are read once for every 32 of its rows (once in all for a decode
+/// step or a verified block), and every row is summed as it would be alone,
+/// so a verified block's rows, and a prefill's, equal a decode step's.
+/// Check [`takes_gathered`] first.
 #[allow(clippy::too_many_arguments)]
 pub fn gather_quantized_matmul(
     x: &Array,

@@ -74,7 +74,7 @@ pub fn run_all(
             add(row_invariant_checks::attention()?.into());
             add(vec![row_invariant_checks::attention_room()?]);
             add(row_invariant_checks::conv()?.into());
-            add(moe_checks::moe_block()?.into());
+            add(moe_checks::moe_block()?);
         }
         if gdn_kernels::layer_available(backend) {
             add(gdn_layer_checks::layer()?.into());

@@ -2,7 +2,9 @@
 //! (docs/gpu.md, "The MoE block in kernels"): the router's choice, the
 //! experts' paired gate/up product with its GLU end, their down product and
 //! the weighted sum onto the residual, for 1-32 tokens against 1-token
-//! calls (bit for bit), and against MLX's ops over the same weights.
+//! calls (bit for bit), for a prefill's block whose experts each meet more
+//! than 32 tokens (one tile after another), and against MLX's ops over the
+//! same weights.
 
 use super::row_invariant_checks::{
     largest_relative, rows_and_reference, rows_differing, values, ROWS,
@@ -20,9 +22,11 @@ const HIDDEN: i32 = 256;
 /// An expert's hidden width: its gate and up paired make 512 rows, the
 /// narrowest the GLU end takes (four tiles a block).
 const INNER: i32 = 256;
-const TOKENS: i32 = 32;
+/// Enough tokens that every expert meets 40 of them: a prefill's block,
+/// more than one 32-row tile an expert.
+const TOKENS: i32 = 640;
 
-pub(crate) fn moe_block() -> Result<[CheckResult; 2], Exception> {
+pub(crate) fn moe_block() -> Result<Vec<CheckResult>, Exception> {
     let (dtype, bits, group) = (Dtype::Bfloat16, 4, 64);
     let weight = |seed, shape: &[i32]| -> Result<(Array, Array, Array), Exception> {
         let w = values(seed, shape, Dtype::Float32)?.multiply(Array::from_f32(0.05))?;
@@ -94,6 +98,7 @@ pub(crate) fn moe_block() -> Result<[CheckResult; 2], Exception> {
     for m in ROWS {
         differing += rows_differing(&block(0..m)?, &singles.index(..m), 0)?;
     }
+    let long = rows_differing(&block(0..TOKENS)?, &singles, 0)?;
 
     // The ops path of the same block (nn/moe.rs), the maps apart.
     let probs = softmax_axis(logits.index((.., ..EXPERTS)), -1, true)?;
@@ -115,7 +120,7 @@ pub(crate) fn moe_block() -> Result<[CheckResult; 2], Exception> {
     let gated = shared.multiply(sigmoid(logits.index((.., EXPERTS..)))?)?;
     let reference = residual.add(routed.add(gated)?)?;
     let versus_ops = largest_relative(&singles, &reference)?;
-    Ok(rows_and_reference(
+    let [rows, reference] = rows_and_reference(
         ("moe_block_rows_invariant", differing),
         ("moe_block_vs_ops", versus_ops),
         // bf16 dequantization in the experts' products, and the experts'
@@ -123,5 +128,13 @@ pub(crate) fn moe_block() -> Result<[CheckResult; 2], Exception> {
         // where MLX's top-k leaves its own: rounding only.
         3e-2,
         super::host_f32(&singles.index(..2))?,
-    ))
+    );
+    let long = CheckResult {
+        name: "moe_block_prefill_rows_invariant",
+        max_error: long,
+        tolerance: 0.0,
+        cross_device_tolerance: f64::INFINITY,
+        output: Vec::new(),
+    };
+    Ok(vec![rows, long, reference])
 }

@@ -29,16 +29,16 @@ fn moe_kernels() -> bool {
     row_qmm() && std::env::var(MOE_KERNELS_ENV).as_deref() != Ok("0")
 }
 
-/// `1` runs a prefill's MoE blocks through the kernels too, in blocks of
-/// 32 tokens, instead of MLX's `gather_qmm`: deterministic by
-/// construction, at the cost of reading the experts' weights once a block;
-/// off by default, for the diagnosis of a long prefill that is not
-/// repeatable (docs/gpu.md, "Same prompt, same answer").
-pub const MOE_PREFILL_BLOCKS_ENV: &str = "FLASHBAR_MOE_PREFILL_BLOCKS";
+/// `1` runs a prefill's MoE blocks through the block's kernels too (the
+/// experts' gathered product takes an expert's rows 32 at a time), instead
+/// of MLX's `gather_qmm`: every token computed as a decode step computes
+/// it, so the same prompt gives the same bits (docs/gpu.md, "Same prompt,
+/// same answer").
+pub const MOE_PREFILL_KERNELS_ENV: &str = "FLASHBAR_MOE_PREFILL_KERNELS";
 
-fn prefill_blocks() -> bool {
+fn prefill_kernels() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var(MOE_PREFILL_BLOCKS_ENV).as_deref() == Ok("1"))
+    *ON.get_or_init(|| std::env::var(MOE_PREFILL_KERNELS_ENV).as_deref() == Ok("1"))
 }
 
 /// `1` sorts a prefill's (token, expert) rows by expert before MLX's
@@ -134,9 +134,6 @@ impl SparseMoe {
         if let Some(out) = self.forward_kernels(x, residual)? {
             return Ok(out);
         }
-        if let Some(out) = self.forward_in_blocks(x, residual)? {
-            return Ok(out);
-        }
         let (logits, shared_gate) = self.router.forward(x)?;
         let (experts, scores) = match self.route_by_kernel(&logits)? {
             Some(chosen) => chosen,
@@ -171,30 +168,6 @@ impl SparseMoe {
         Ok(Onto::Apart(routed.add(shared)?))
     }
 
-    /// A prefill's block through the kernels 32 tokens at a time, where
-    /// [`MOE_PREFILL_BLOCKS_ENV`] asks for it (`[1, L, hidden]` only).
-    fn forward_in_blocks(&self, x: &Array, residual: Option<&Array>) -> Result<Option<Onto>> {
-        let shape = x.shape();
-        if !prefill_blocks() || shape.len() != 3 || shape[0] != 1 {
-            return Ok(None);
-        }
-        let mut outs = Vec::new();
-        for start in (0..shape[1]).step_by(row_invariant::MAX_ROWS as usize) {
-            let end = (start + row_invariant::MAX_ROWS).min(shape[1]);
-            let rows = x.index((.., start..end, ..));
-            let res = residual.map(|r| r.index((.., start..end, ..)));
-            match self.forward_kernels(&rows, res.as_ref())? {
-                Some(Onto::Added(out) | Onto::Apart(out)) => outs.push(out),
-                None => return Ok(None),
-            }
-        }
-        let out = mlx_rs::ops::concatenate(&outs, 1)?;
-        Ok(Some(match residual {
-            Some(_) => Onto::Added(out),
-            None => Onto::Apart(out),
-        }))
-    }
-
     /// The experts and their scores (`[B, L, k]` each) by the route kernel,
     /// where the block's kernels are on, for a prefill too: MLX's top-k on
     /// CUDA broke ties between equal probabilities differently from run to
@@ -220,7 +193,8 @@ impl SparseMoe {
 
     /// The block in its kernels (the module's doc), where they take `x`:
     /// a decode step or a verified block on CUDA's row kernels, the
-    /// experts' gate and up paired. None elsewhere.
+    /// experts' gate and up paired, and a prefill where
+    /// [`MOE_PREFILL_KERNELS_ENV`] asks for it. None elsewhere.
     fn forward_kernels(&self, x: &Array, residual: Option<&Array>) -> Result<Option<Onto>> {
         let (Router::Fused(router), ExpertsGlu::Paired(gate_up)) = (&self.router, &self.experts)
         else {
@@ -229,7 +203,7 @@ impl SparseMoe {
         let shape = x.shape();
         let width = shape[shape.len() - 1];
         let tokens: i32 = shape[..shape.len() - 1].iter().product();
-        if !(1..=row_invariant::MAX_ROWS).contains(&tokens) {
+        if tokens < 1 || (tokens > row_invariant::MAX_ROWS && !prefill_kernels()) {
             return Ok(None);
         }
         let x2 = x.reshape(&[tokens, width])?;

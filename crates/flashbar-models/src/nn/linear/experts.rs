@@ -108,6 +108,11 @@ impl SwitchLinear {
             return Ok(None);
         }
         let (tokens, k, inputs) = (is[0] * is[1], is[2], xs[4]);
+        // A prefill's rows go by MLX's gather_qmm here (nn/moe.rs runs
+        // them through the block's kernels where those are on).
+        if tokens > row_invariant::MAX_ROWS {
+            return Ok(None);
+        }
         let per_token = match xs[2] {
             1 => true,
             n if n == k => false,
