@@ -12,7 +12,8 @@
 # lossless, forced and auto; accept-also: the same with $ALSO; gatelog: the same with the
 # gate's shadow probes logged), repeat35 (a prefill twice: where it first differs; vs35fix: the ways that might fix it, timed), vs35 and counts35 (the 35B-A3B shape: vs mlx-lm with $ALSO,
 # kernels a step with $ALSO; round35: its DFlash round and lossless check), smoke,
-# steptime (a decode step's kernels timed one by one, 9B and 35B-A3B), save (kernel caches).
+# steptime (a decode step's kernels timed one by one, 9B and 35B-A3B), ckpt35 (the 35B-A3B
+# checkpoint alone), save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -64,7 +65,8 @@ for step in "$@"; do
       ;;
     steptime)
       # a plain decode step's kernels in order, each timed alone, 9B then 35B-A3B
-      run 200 steptime python3 bench/launch_counts.py --flashbar "$bin" --model "$nine" --sequence
+      [ -d "$nine" ] && run 200 steptime python3 bench/launch_counts.py --flashbar "$bin" \
+        --model "$nine" --sequence
       run 200 steptime35 python3 bench/launch_counts.py --flashbar "$bin" \
         --model target/bench/qwen3.6-35b-a3b-4bit --sequence
       ;;
@@ -88,18 +90,23 @@ for step in "$@"; do
       # the 35B-A3B's prefill three times: the first layer whose output differs
       run 200 repeat35 "$pkg/prefill_repeat" target/bench/qwen3.6-35b-a3b-4bit 1024 3
       run 100 repeat35-64 "$pkg/prefill_repeat" target/bench/qwen3.6-35b-a3b-4bit 64 3
-      run 100 repeat9b "$pkg/prefill_repeat" "$nine" 1024 3
       run 300 repeat35-mlx-lm python3 bench/prefill_repeat_mlx_lm.py target/bench/qwen3.6-35b-a3b-4bit 1024 3
       run 200 repeat35-kernels env FLASHBAR_MOE_PREFILL_KERNELS=1 "$pkg/prefill_repeat" \
         target/bench/qwen3.6-35b-a3b-4bit 1024 3
       run 200 repeat35-sorted env FLASHBAR_MOE_SORT=1 "$pkg/prefill_repeat" \
         target/bench/qwen3.6-35b-a3b-4bit 1024 3
       ;;
+    ckpt35)
+      # the 35B-A3B's random checkpoint alone (round35 and vs35 write it too)
+      run 200 ckpt35 python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path
+import vs_mlx_lm as v; p = Path('target/bench/qwen3.6-35b-a3b-4bit')
+p.exists() or v.write_checkpoint(p, v.SHAPES['qwen3.6-35b-a3b'])"
+      ;;
     vs35fix)
       # the 35B-A3B's prefill by each repeatable way, beside the default and mlx-lm
       run 400 vs35fix python3 bench/vs_mlx_lm.py --flashbar "$bin" --shape qwen3.6-35b-a3b \
-        --prompt-tokens 1024 --exact-prompt --bandwidth 2830 --repeats 2 --max-tokens 32 \
-        --also FLASHBAR_MOE_SORT=1 --also FLASHBAR_MOE_PREFILL_KERNELS=1
+        --prompt-tokens 1024 --exact-prompt --bandwidth 2830 --repeats 1 --max-tokens 32 \
+        --also FLASHBAR_MOE_SORT=1 --also FLASHBAR_MOE_PREFILL_KERNELS=1 --also FLASHBAR_GATHER_BY_PAIR=0
       ;;
     accept)
       run 200 accept python3 bench/acceptance.py --flashbar "$bin" --no-reference \

@@ -31,7 +31,11 @@
 // has at most 32 (a token meets an expert once), so its weights are read once
 // for all its rows; a prefill's expert may have hundreds, one tile after
 // another. A row is summed as it would be alone, wherever it sits in
-// whichever tile (as for M rows above).
+// whichever tile (as for M rows above). Where there are fewer pairs than
+// experts (a decode step: 8 of 256) the grid's second axis may run over
+// the pairs instead (a grid of P < E), and the block of pair p takes p's expert if p is its first
+// pair (else it returns): the same tiles, a grid of P blocks a column block
+// in place of E, most of which would find nothing.
 // Run-time: M, K, N, the group size
 // K / groups (32, 64 or 128) and the block's warps (1 .. MAX_WARPS,
 // splitting K; many warps a block keep a small layer's latency low,
@@ -92,10 +96,29 @@ const int* pr = reinterpret_cast<const int*>(pairs);
 __shared__ int tile_pair[32];
 __shared__ int tile_rows;
 size_t first_row = 0;  // the expert's first row of w, scales and biases
+int e = blockIdx.y;     // GATHER: the block's expert
+if constexpr (GATHER) {
+  const int P = pairs_shape[1];
+  if ((int)gridDim.y < w_shape[0]) {
+    // By pair (the grid's second axis is P < E): the expert of pair
+    // blockIdx.y, unless an earlier pair has it.
+    __shared__ int earlier;
+    e = pr[P + blockIdx.y];
+    if (warp == 0) {
+      bool seen = false;
+      for (int base = 0; base < (int)blockIdx.y; base += 32) {
+        const int p = base + lane;
+        seen |= __any_sync(0xFFFFFFFFu, p < (int)blockIdx.y && pr[P + p] == e);
+      }
+      if (lane == 0) earlier = seen;
+    }
+    __syncthreads();
+    if (earlier) return;
+  }
+}
 for (int tile0 = 0;; tile0 += 32) {
 if constexpr (GATHER) {
   const int P = pairs_shape[1];
-  const int e = blockIdx.y;
   // The last pass's stores read tile_pair and its sums `partial`: all done.
   __syncthreads();
   if (warp == 0) {

@@ -390,6 +390,24 @@ pub fn gather_quantized_matmul(
     )
 }
 
+/// `0` keeps a block for every expert in the gathered products' grids,
+/// for benchmarks (else a block a pair where pairs are fewer than experts).
+pub const GATHER_BY_PAIR_ENV: &str = "FLASHBAR_GATHER_BY_PAIR";
+
+/// The gathered products' blocks a column block: one a pair where there
+/// are fewer pairs than experts (a decode step, a verified block), each
+/// taking its expert's pairs if it is that expert's first (`qmm.cu`);
+/// else one an expert.
+fn gather_blocks(pairs: i32, experts: i32) -> i32 {
+    static BY_PAIR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let by_pair = *BY_PAIR.get_or_init(|| std::env::var(GATHER_BY_PAIR_ENV).as_deref() != Ok("0"));
+    if by_pair && pairs < experts {
+        pairs
+    } else {
+        experts
+    }
+}
+
 /// [`gather_quantized_matmul`] with the (row, expert) of each output row
 /// given as one `[2, P]` int32 array (`row_invariant::moe_route` makes
 /// them), and with `glu` the experts' gate and up maps paired
@@ -463,7 +481,7 @@ pub fn gather_quantized_matmul_pairs(
         output_names: &["y"],
         inputs: &[x, w, scales, biases, x, pairs],
         outputs: &[(vec![ps[1], out_n], x.dtype())],
-        grid: [blocks * 32 * warps, experts_n, 1],
+        grid: [blocks * 32 * warps, gather_blocks(ps[1], experts_n), 1],
         group: [32 * warps, 1, 1],
         template: &template,
     })?)
