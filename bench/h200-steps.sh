@@ -10,10 +10,11 @@
 # sequence (a round's kernels in order), ab (rounds at 1,024 tokens, ours
 # and $ALSO in turn, twice), peak (a prefill's peak memory stepwise), accept (the embedded pair:
 # lossless, forced and auto; accept-also: the same with $ALSO; gatelog: the same with the
-# gate's shadow probes logged), repeat35 (a prefill twice: where it first differs; vs35fix: the ways that might fix it, timed), vs35 and counts35 (the 35B-A3B shape: vs mlx-lm with $ALSO,
+# gate's shadow probes logged), repeat35 (a prefill three times: where it first differs, ours, by MLX's ops, mlx-lm's), vs35 and counts35 (the 35B-A3B shape: vs mlx-lm with $ALSO,
 # kernels a step with $ALSO; round35: its DFlash round and lossless check), smoke,
 # steptime (a decode step's kernels timed one by one, 9B and 35B-A3B), ckpt35 (the 35B-A3B
-# checkpoint alone), save (kernel caches).
+# checkpoint alone), hostpart (a step's host part beside the whole, flashbar bench --verify-cost),
+# save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -85,28 +86,28 @@ for step in "$@"; do
       ;;
     peak)
       run 200 peak "$pkg/prefill_peak" "$nine" --stepwise 256 1024
+      run 200 peak-whole "$pkg/prefill_peak" "$nine" 1024
       ;;
     repeat35)
-      # the 35B-A3B's prefill three times: the first layer whose output differs
+      # the 35B-A3B's prefill three times: the first layer whose output differs,
+      # ours, ours with MLX's gather_qmm (the ops), and mlx-lm's forward
       run 200 repeat35 "$pkg/prefill_repeat" target/bench/qwen3.6-35b-a3b-4bit 1024 3
-      run 100 repeat35-64 "$pkg/prefill_repeat" target/bench/qwen3.6-35b-a3b-4bit 64 3
+      run 200 repeat35-ops env FLASHBAR_MOE_PREFILL_KERNELS=0 "$pkg/prefill_repeat" \
+        target/bench/qwen3.6-35b-a3b-4bit 1024 3
       run 300 repeat35-mlx-lm python3 bench/prefill_repeat_mlx_lm.py target/bench/qwen3.6-35b-a3b-4bit 1024 3
-      run 200 repeat35-kernels env FLASHBAR_MOE_PREFILL_KERNELS=1 "$pkg/prefill_repeat" \
-        target/bench/qwen3.6-35b-a3b-4bit 1024 3
-      run 200 repeat35-sorted env FLASHBAR_MOE_SORT=1 "$pkg/prefill_repeat" \
-        target/bench/qwen3.6-35b-a3b-4bit 1024 3
+      ;;
+    hostpart)
+      # a decode step's and a verify's host part (graph built and queued) beside the whole, 35B-A3B then 9B
+      run 200 hostpart35 "$bin" bench --model target/bench/qwen3.6-35b-a3b-4bit --verify-cost \
+        --block 16 --context-tokens 1024 --repeats 10
+      [ -d "$nine" ] && run 200 hostpart "$bin" bench --model "$nine" --verify-cost --block 16 \
+        --context-tokens 1024 --repeats 10
       ;;
     ckpt35)
       # the 35B-A3B's random checkpoint alone (round35 and vs35 write it too)
       run 200 ckpt35 python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path
 import vs_mlx_lm as v; p = Path('target/bench/qwen3.6-35b-a3b-4bit')
 p.exists() or v.write_checkpoint(p, v.SHAPES['qwen3.6-35b-a3b'])"
-      ;;
-    vs35fix)
-      # the 35B-A3B's prefill by each repeatable way, beside the default and mlx-lm
-      run 400 vs35fix python3 bench/vs_mlx_lm.py --flashbar "$bin" --shape qwen3.6-35b-a3b \
-        --prompt-tokens 1024 --exact-prompt --bandwidth 2830 --repeats 1 --max-tokens 32 \
-        --also FLASHBAR_MOE_SORT=1 --also FLASHBAR_MOE_PREFILL_KERNELS=1 --also FLASHBAR_GATHER_BY_PAIR=0
       ;;
     accept)
       run 200 accept python3 bench/acceptance.py --flashbar "$bin" --no-reference \

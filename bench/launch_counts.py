@@ -115,15 +115,17 @@ def last_unit(names, dflash, per_unit):
 
 
 def folded(names):
-    """`name x N` for each run of one name, the names cut to their first 60 characters."""
+    """`name x N  [us]` for each run of one name (the names cut to their
+    first 60 characters), with the run's summed GPU time."""
     out = []
-    for name, _ in names:
+    for name, ns in names:
         short = name.split("(")[0][:60]
         if out and out[-1][0] == short:
             out[-1][1] += 1
+            out[-1][2] += ns
         else:
-            out.append([short, 1])
-    return [f"{n} x {c}" if c > 1 else n for n, c in out]
+            out.append([short, 1, ns])
+    return [f"{n}{f' x {c}' if c > 1 else ''}  [{ns / 1e3:.1f} us]" for n, c, ns in out]
 
 
 def main():

@@ -176,6 +176,33 @@ pub(crate) fn gpu_info_size(keys: &[&CStr]) -> Option<u64> {
     }
 }
 
+/// `0` leaves a checkpoint's tensors where the load put them, for
+/// benchmarks ([`read_on_gpu`]).
+pub const READ_ON_GPU_ENV: &str = "FLASHBAR_READ_WEIGHTS_ON_GPU";
+
+/// Has the GPU read every byte of `arrays` once, on CUDA: MLX's CUDA
+/// allocator gives every array managed memory, and a checkpoint's tensors
+/// are written there by the CPU as the files are read, so their pages sit
+/// in host memory until a kernel first touches them, then move a page fault
+/// at a time. Without this, the first decode steps paid those faults for
+/// every embedding row and every MoE expert the prompt had not yet touched
+/// (docs/gpu.md, "Weights on the GPU from the load"). One reduction an
+/// array, all evaluated together; nothing on the CPU or Metal, whose memory
+/// is one.
+pub fn read_on_gpu<'a>(
+    arrays: impl IntoIterator<Item = &'a mlx_rs::Array>,
+) -> Result<(), mlx_rs::error::Exception> {
+    if device::current() != Backend::Cuda || std::env::var(READ_ON_GPU_ENV).as_deref() == Ok("0") {
+        return Ok(());
+    }
+    let sums = arrays
+        .into_iter()
+        .filter(|a| a.size() > 0)
+        .map(|a| a.sum(None))
+        .collect::<Result<Vec<_>, _>>()?;
+    mlx_rs::transforms::eval(&sums)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

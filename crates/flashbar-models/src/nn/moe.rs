@@ -12,9 +12,7 @@
 
 use crate::config::TextConfig;
 use crate::error::Result;
-use crate::nn::linear::{
-    experts_by_sorted_rows, row_qmm, ExpertsGlu, Fused, Linear, Onto, SwitchLinear, Weights,
-};
+use crate::nn::linear::{row_qmm, ExpertsGlu, Fused, Linear, Onto, SwitchLinear, Weights};
 use crate::nn::mlp::Mlp;
 use flashbar_mlx::row_invariant;
 use mlx_rs::ops::indexing::IndexOp;
@@ -29,31 +27,18 @@ fn moe_kernels() -> bool {
     row_qmm() && std::env::var(MOE_KERNELS_ENV).as_deref() != Ok("0")
 }
 
-/// `1` runs a prefill's MoE blocks through the block's kernels too (the
-/// experts' gathered product takes an expert's rows 32 at a time), instead
-/// of MLX's `gather_qmm`: every token computed as a decode step computes
-/// it, so the same prompt gives the same bits (docs/gpu.md, "Same prompt,
-/// same answer").
+/// `0` runs a prefill's MoE blocks by MLX's ops (`gather_qmm` for the
+/// experts), for benchmarks. By default a prefill runs them through the
+/// block's kernels too (the experts' gathered products take an expert's rows
+/// 32 at a time): every token computed as a decode step computes it, so the
+/// same prompt gives the same bits, which MLX's `gather_qmm` did not on
+/// CUDA (docs/gpu.md, "Same prompt, same answer").
 pub const MOE_PREFILL_KERNELS_ENV: &str = "FLASHBAR_MOE_PREFILL_KERNELS";
 
 fn prefill_kernels() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var(MOE_PREFILL_KERNELS_ENV).as_deref() == Ok("1"))
+    *ON.get_or_init(|| std::env::var(MOE_PREFILL_KERNELS_ENV).as_deref() != Ok("0"))
 }
-
-/// `1` sorts a prefill's (token, expert) rows by expert before MLX's
-/// `gather_qmm` and tells it so, as mlx-lm does for 64 rows or more; for the
-/// diagnosis of a long prefill that is not repeatable (docs/gpu.md, "Same
-/// prompt, same answer").
-pub const MOE_SORT_ENV: &str = "FLASHBAR_MOE_SORT";
-
-fn sort_rows() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var(MOE_SORT_ENV).as_deref() == Ok("1"))
-}
-
-/// mlx-lm's threshold: fewer (token, expert) rows than this are not sorted.
-const SORT_FROM_ROWS: i32 = 64;
 
 pub struct SparseMoe {
     router: Router,
@@ -148,17 +133,13 @@ impl SparseMoe {
                 (experts, scores)
             }
         };
-        let out = match sort_rows() && experts.size() as i32 >= SORT_FROM_ROWS {
-            true => experts_by_sorted_rows(&self.experts, &self.down_proj, x, &experts)?,
-            false => {
-                // Each token row meets each of its k experts: [B, L, 1, 1, hidden].
-                let rows = x.expand_dims_axes(&[-2, -3])?;
-                let hidden = self.experts.forward(&rows, &experts)?;
-                self.down_proj
-                    .forward(&hidden, &experts)?
-                    .squeeze_axes(&[-2])? // [B, L, k, hidden]
-            }
-        };
+        // Each token row meets each of its k experts: [B, L, 1, 1, hidden].
+        let rows = x.expand_dims_axes(&[-2, -3])?;
+        let hidden = self.experts.forward(&rows, &experts)?;
+        let out = self
+            .down_proj
+            .forward(&hidden, &experts)?
+            .squeeze_axes(&[-2])?; // [B, L, k, hidden]
         let routed = out.multiply(scores.expand_dims(-1)?)?.sum_axis(-2, false)?;
 
         let shared = self
@@ -193,8 +174,8 @@ impl SparseMoe {
 
     /// The block in its kernels (the module's doc), where they take `x`:
     /// a decode step or a verified block on CUDA's row kernels, the
-    /// experts' gate and up paired, and a prefill where
-    /// [`MOE_PREFILL_KERNELS_ENV`] asks for it. None elsewhere.
+    /// experts' gate and up paired, and a prefill unless
+    /// [`MOE_PREFILL_KERNELS_ENV`] says otherwise. None elsewhere.
     fn forward_kernels(&self, x: &Array, residual: Option<&Array>) -> Result<Option<Onto>> {
         let (Router::Fused(router), ExpertsGlu::Paired(gate_up)) = (&self.router, &self.experts)
         else {

@@ -29,17 +29,6 @@ impl SwitchLinear {
                 return Ok(y);
             }
         }
-        self.forward_ops(x, indices, false)
-    }
-
-    /// [`Self::forward`] of rows sorted by expert (`x` `[N, 1, in]`,
-    /// `indices` `[N]` ascending), by MLX's `gather_qmm` told so, as mlx-lm
-    /// runs a prefill's rows.
-    pub fn forward_sorted(&self, x: &Array, indices: &Array) -> Result<Array> {
-        self.forward_ops(x, indices, true)
-    }
-
-    fn forward_ops(&self, x: &Array, indices: &Array, sorted: bool) -> Result<Array> {
         Ok(match &self.weight {
             LinearWeight::Dense(w) => gather_mm(x, w.swap_axes(-1, -2)?, None, indices, false)?,
             LinearWeight::Host { .. } => {
@@ -58,7 +47,7 @@ impl SwitchLinear {
                 true,
                 q.group_size,
                 q.bits,
-                sorted,
+                false,
             )?,
         })
     }
@@ -188,59 +177,17 @@ impl ExpertsGlu {
     /// `silu(gate) * up` of each row `x` `[..., 1, in]` with its experts
     /// `indices`, by the ops (a paired map's product split by views).
     pub fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
-        self.forward_with(x, indices, SwitchLinear::forward)
-    }
-
-    /// [`Self::forward`] of rows sorted by expert
-    /// ([`SwitchLinear::forward_sorted`]).
-    pub fn forward_sorted(&self, x: &Array, indices: &Array) -> Result<Array> {
-        self.forward_with(x, indices, SwitchLinear::forward_sorted)
-    }
-
-    fn forward_with(
-        &self,
-        x: &Array,
-        indices: &Array,
-        map: fn(&SwitchLinear, &Array, &Array) -> Result<Array>,
-    ) -> Result<Array> {
         match self {
             ExpertsGlu::Apart { gate, up } => {
-                let up = map(up, x, indices)?;
-                fused::swiglu(&map(gate, x, indices)?, &up)
+                let up = up.forward(x, indices)?;
+                fused::swiglu(&gate.forward(x, indices)?, &up)
             }
             ExpertsGlu::Paired(both) => {
-                let product = map(both, x, indices)?;
-                let (gate, up) = row_invariant::unpair_glu_columns(&product)?;
+                let (gate, up) = row_invariant::unpair_glu_columns(&both.forward(x, indices)?)?;
                 fused::swiglu(&gate, &up)
             }
         }
     }
-}
-
-/// A MoE's experts, `glu` then `down`, on `x` `[B, L, hidden]` with each
-/// token's experts `experts` `[B, L, k]`: the (token, expert) rows sorted by
-/// expert for MLX's `gather_qmm` and put back in order after, as mlx-lm runs
-/// a prefill. `[B, L, k, hidden]`, each row what the rows unsorted give.
-pub fn experts_by_sorted_rows(
-    glu: &ExpertsGlu,
-    down: &SwitchLinear,
-    x: &Array,
-    experts: &Array,
-) -> Result<Array> {
-    let (shape, hidden) = (experts.shape().to_vec(), x.shape()[x.ndim() - 1]);
-    let k = shape[shape.len() - 1];
-    let flat = experts.reshape(&[-1])?;
-    let order = mlx_rs::ops::argsort_axis(&flat, 0)?;
-    let back = mlx_rs::ops::argsort_axis(&order, 0)?;
-    let rows = x
-        .reshape(&[-1, 1, hidden])?
-        .take_axis(order.floor_divide(Array::from_int(k))?, 0)?;
-    let sorted = flat.take_axis(&order, 0)?;
-    let inner = glu.forward_sorted(&rows, &sorted)?;
-    let out = down.forward_sorted(&inner, &sorted)?; // [N, 1, hidden]
-    let mut lead = shape;
-    lead.push(hidden);
-    Ok(out.take_axis(&back, 0)?.reshape(&lead)?)
 }
 
 #[cfg(test)]
@@ -320,51 +267,5 @@ mod tests {
             .unwrap()
             .eq_values(&p)
             .unwrap());
-    }
-
-    /// The rows sorted by expert and put back give each (token, expert)
-    /// row what the rows in token order give, bit for bit: the sort moves
-    /// rows, never what a row sums. A wrong way back (the order itself in
-    /// place of its inverse) does not pass.
-    #[test]
-    fn rows_sorted_by_expert_come_back_in_token_order() {
-        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
-        let map = |seed, out, inputs| SwitchLinear {
-            weight: LinearWeight::Quantized(packed(seed, 4, out, inputs)),
-        };
-        let glu = ExpertsGlu::Apart {
-            gate: map(1, 64, 128),
-            up: map(2, 64, 128),
-        };
-        let down = map(3, 128, 64);
-        // 5 tokens, 2 experts each, rows of every expert in both halves.
-        let x: Vec<f32> = (0..5 * 128)
-            .map(|i| ((i % 41) as f32 - 20.0) / 25.0)
-            .collect();
-        let x = Array::from_slice(&x, &[1, 5, 128])
-            .as_dtype(mlx_rs::Dtype::Bfloat16)
-            .unwrap();
-        let experts = Array::from_slice(&[3u32, 0, 1, 2, 3, 1, 0, 2, 2, 3], &[1, 5, 2]);
-        let rows = x.expand_dims_axes(&[-2, -3]).unwrap();
-        let in_order = down
-            .forward(&glu.forward(&rows, &experts).unwrap(), &experts)
-            .unwrap()
-            .squeeze_axes(&[-2])
-            .unwrap();
-        let sorted = experts_by_sorted_rows(&glu, &down, &x, &experts).unwrap();
-        assert_eq!(sorted.shape(), &[1, 5, 2, 128]);
-        assert_eq!(in_order.shape(), sorted.shape());
-        assert!(in_order.eq_values(&sorted).unwrap());
-        // The rows left in expert order are other rows.
-        let flat = experts.reshape(&[-1]).unwrap();
-        let order = mlx_rs::ops::argsort_axis(&flat, 0).unwrap();
-        let unsorted_wrongly = sorted
-            .reshape(&[10, 128])
-            .unwrap()
-            .take_axis(&order, 0)
-            .unwrap()
-            .reshape(&[1, 5, 2, 128])
-            .unwrap();
-        assert!(!in_order.eq_values(&unsorted_wrongly).unwrap());
     }
 }

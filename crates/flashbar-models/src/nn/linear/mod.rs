@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 mod experts;
 mod stacked;
-pub use experts::{experts_by_sorted_rows, ExpertsGlu, SwitchLinear};
+pub use experts::{ExpertsGlu, SwitchLinear};
 pub use stacked::{Fused, STACK_MAPS_ENV};
 
 /// A model past [`HOST_LIMIT_BYTES`] on the CPU: from this many rows on,
