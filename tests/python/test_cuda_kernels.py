@@ -128,10 +128,14 @@ def variants():
                [("q", t), ("k", t), ("v", t), ("scale", "f32"), ("length", "i32")],
                [("part", "f32"), ("stats", "f32")],
                [("D", dim), ("GROUP", 4), ("DT", dt), ("CAUSAL", 1)])
-    for dim, dt in itertools.product((32, 64, 128, 256), (0, 1, 2)):
+    # Without the output gate the launcher passes `part` for the unread gate.
+    for dim, dt, gate in itertools.product((32, 64, 128, 256), (0, 1, 2), (0, 1)):
         t = ("f32", "bf16", "f16")[dt]
-        yield (f"attn_merge D={dim} DT={dt}", merge, [("part", "f32"), ("stats", "f32")], [("out", t)],
-               [("D", dim), ("DT", dt)])
+        if gate and dt == 0:
+            continue
+        yield (f"attn_merge D={dim} DT={dt} GATE={gate}", merge,
+               [("part", "f32"), ("stats", "f32"), ("gate", t if gate else "f32")], [("out", t)],
+               [("D", dim), ("DT", dt), ("GATE", gate)])
     route = (KERNELS / "moe_route.cu").read_text()
     combine = (KERNELS / "moe_combine.cu").read_text()
     # The 35B-A3B's 256 experts, 8 a token; the fixtures' 8, 2; a 512-expert, 10-a-token shape.

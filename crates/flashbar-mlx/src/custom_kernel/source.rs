@@ -254,9 +254,15 @@ mod tests {
             ),
             (
                 "attn_merge.cu",
-                vec![("part", a(f, 5)), ("stats", a(f, 5))],
+                vec![("part", a(f, 5)), ("stats", a(f, 5)), ("gate", a(f, 5))],
                 vec![("out", bf)],
-                vec![("D", 256), ("DT", 1)],
+                vec![("D", 256), ("DT", 1), ("GATE", 0)],
+            ),
+            (
+                "attn_merge.cu",
+                vec![("part", a(f, 5)), ("stats", a(f, 5)), ("gate", a(bf, 3))],
+                vec![("out", bf)],
+                vec![("D", 256), ("DT", 1), ("GATE", 1)],
             ),
             (
                 "conv_rows.cu",

@@ -105,7 +105,7 @@ pub fn causal_attention(
     values: &Array,
     scale: f32,
 ) -> Result<Array, Exception> {
-    attention(queries, keys, values, None, scale, true)
+    attention(queries, keys, values, None, scale, true, None)
 }
 
 /// [`causal_attention`] over a cache kept in buffers with room: `keys` and
@@ -120,7 +120,45 @@ pub fn causal_attention_in(
     length: i32,
     scale: f32,
 ) -> Result<Array, Exception> {
-    attention(queries, keys, values, Some(length), scale, true)
+    attention(queries, keys, values, Some(length), scale, true, None)
+}
+
+/// Whether [`causal_attention_gated_in`] takes `gate` for these queries
+/// `[B, Hq, T, D]`: the query product `[B, T, Hq * 2D]` (each head's D
+/// queries, then its D gate values), bf16 or f16 as the queries.
+pub fn takes_attention_gate(queries: &Array, gate: &Array) -> bool {
+    let (q, g) = (queries.shape(), gate.shape());
+    q.len() == 4
+        && g.len() == 3
+        && g[0] == q[0]
+        && g[1] == q[2]
+        && g[2] == q[1] * 2 * q[3]
+        && gate.dtype() == queries.dtype()
+        && matches!(gate.dtype(), Dtype::Bfloat16 | Dtype::Float16)
+}
+
+/// [`causal_attention_in`] with the gated attention's output gate done by
+/// the merge: `out * sigmoid(gate)`, each step rounded as MLX's `sigmoid`
+/// and `multiply` round it, so the values are those of the ops after
+/// [`causal_attention_in`] (docs/gpu.md, "The attention's gate in its
+/// merge"). Check [`takes_attention_gate`] first.
+pub fn causal_attention_gated_in(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    length: i32,
+    scale: f32,
+    gate: &Array,
+) -> Result<Array, Exception> {
+    if !takes_attention_gate(queries, gate) {
+        return Err(Exception::custom(format!(
+            "attention kernel: unsupported gate {:?} {:?} for queries {:?}",
+            gate.shape(),
+            gate.dtype(),
+            queries.shape()
+        )));
+    }
+    attention(queries, keys, values, Some(length), scale, true, Some(gate))
 }
 
 /// Attention of T queries over all L keys (a drafted block over its
@@ -133,7 +171,7 @@ pub fn full_attention(
     values: &Array,
     scale: f32,
 ) -> Result<Array, Exception> {
-    attention(queries, keys, values, None, scale, false)
+    attention(queries, keys, values, None, scale, false, None)
 }
 
 fn attention(
@@ -143,6 +181,7 @@ fn attention(
     length: Option<i32>,
     scale: f32,
     causal: bool,
+    gate: Option<&Array>,
 ) -> Result<Array, Exception> {
     let fits = length.is_none_or(|n| (queries.shape()[2]..=keys.shape()[2]).contains(&n));
     if !takes_attention(queries, keys) || values.shape() != keys.shape() || !fits {
@@ -204,15 +243,20 @@ fn attention(
         .map_err(|_| Exception::custom("the attention kernel returned other than two outputs"))?;
     // Written token-major `[B, T, Hq, D]` and returned as its `[B, Hq, T,
     // D]` view: the caller's transpose back to tokens is then no copy.
+    // Without a gate the body reads none: `part` stands in for it.
     single(custom_kernel::launch(&Launch {
         body: &MERGE,
-        input_names: &["part", "stats"],
+        input_names: &["part", "stats", "gate"],
         output_names: &["out"],
-        inputs: &[&part, &stats],
+        inputs: &[&part, &stats, gate.unwrap_or(&part)],
         outputs: &[(vec![q[0], q[2], q[1], head_dim], queries.dtype())],
         grid: [rows * head_dim, 1, 1],
         group: [head_dim, 1, 1],
-        template: &[("D", head_dim), ("DT", dtype)],
+        template: &[
+            ("D", head_dim),
+            ("DT", dtype),
+            ("GATE", i32::from(gate.is_some())),
+        ],
     })?)?
     .transpose_axes(&[0, 2, 1, 3])
 }

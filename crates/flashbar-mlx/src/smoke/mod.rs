@@ -73,6 +73,7 @@ pub fn run_all(
             add(row_invariant_checks::gathered_qmm()?.into());
             add(row_invariant_checks::attention()?.into());
             add(vec![row_invariant_checks::attention_room()?]);
+            add(vec![row_invariant_checks::attention_gate()?]);
             add(row_invariant_checks::conv()?.into());
             add(moe_checks::moe_block()?);
         }

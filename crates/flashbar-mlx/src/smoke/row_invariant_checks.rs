@@ -4,9 +4,9 @@
 
 use super::{seeded_values, CheckResult};
 use crate::row_invariant::{
-    causal_attention, causal_attention_in, depthwise_conv, full_attention, gather_quantized_matmul,
-    pair_glu_rows, quantized_matmul, quantized_matmul_parts, quantized_matmul_with,
-    unpair_glu_columns, Ends,
+    causal_attention, causal_attention_gated_in, causal_attention_in, depthwise_conv,
+    full_attention, gather_quantized_matmul, pair_glu_rows, quantized_matmul,
+    quantized_matmul_parts, quantized_matmul_with, unpair_glu_columns, Ends,
 };
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask};
@@ -401,6 +401,51 @@ pub(crate) fn attention_room() -> Result<CheckResult, Exception> {
     }
     Ok(CheckResult {
         name: "attention_room_vs_exact",
+        max_error: differing,
+        tolerance: 0.0,
+        cross_device_tolerance: f64::INFINITY,
+        output: Vec::new(),
+    })
+}
+
+/// The gated attention's output gate in the merge
+/// ([`causal_attention_gated_in`]; docs/gpu.md, "The attention's gate in its
+/// merge"): against [`causal_attention_in`] followed by MLX's `sigmoid` and
+/// `multiply` on the gate's view of the query product, as the model's ops
+/// run them, bit for bit. Returns the elements that differ.
+pub(crate) fn attention_gate() -> Result<CheckResult, Exception> {
+    let mut differing = 0.0;
+    for (seed, (heads, kv_heads, dim, length, t)) in [
+        (16, 4, 256, 530, 16),
+        (16, 2, 256, 300, 1),
+        (8, 2, 128, 77, 5),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for dtype in [Dtype::Bfloat16, Dtype::Float16] {
+            let seed = 10 * seed as u64 + u64::from(dtype == Dtype::Float16);
+            let capacity = (length / 256 + 2) * 256;
+            let q = values(940 + seed, &[1, heads, t, dim], dtype)?;
+            let kb = values(950 + seed, &[1, kv_heads, capacity, dim], dtype)?;
+            let vb = values(960 + seed, &[1, kv_heads, capacity, dim], dtype)?;
+            // Gate values over [-6, 6): both branches of the sigmoid, and
+            // its saturating ends.
+            let product = values(970 + seed, &[1, t, heads * 2 * dim], Dtype::Float32)?
+                .multiply(Array::from_f32(6.0))?
+                .as_dtype(dtype)?;
+            let scale = (dim as f32).powf(-0.5);
+            let fused = causal_attention_gated_in(&q, &kb, &vb, length, scale, &product)?;
+            let out = causal_attention_in(&q, &kb, &vb, length, scale)?;
+            let halves =
+                mlx_rs::ops::split_equal(&product.reshape(&[1, t, heads, 2 * dim])?, 2, -1)?;
+            let gate = halves[1].transpose_axes(&[0, 2, 1, 3])?;
+            let ops = out.multiply(mlx_rs::ops::sigmoid(&gate)?)?;
+            differing += item(&fused.ne(&ops)?.as_dtype(Dtype::Float32)?.sum(None)?)?;
+        }
+    }
+    Ok(CheckResult {
+        name: "attention_gate_in_merge",
         max_error: differing,
         tolerance: 0.0,
         cross_device_tolerance: f64::INFINITY,

@@ -41,6 +41,17 @@ fn kv_in_place() -> bool {
     *ON.get_or_init(|| std::env::var(KV_IN_PLACE_ENV).as_deref() != Ok("0"))
 }
 
+/// `1` has the attention's merge apply the output gate (`out *
+/// sigmoid(gate)`, MLX's rounding) in place of three ops a layer; opt-in
+/// until `flashbar smoke`'s `attention_gate_in_merge` has passed on a GPU
+/// (docs/gpu.md, "The attention's gate in its merge").
+pub const GATE_IN_MERGE_ENV: &str = "FLASHBAR_ATTN_GATE_IN_MERGE";
+
+fn gate_in_merge() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(GATE_IN_MERGE_ENV).as_deref() == Ok("1"))
+}
+
 impl KvCache {
     /// Tokens cached so far (the RoPE offset of the next one).
     pub fn len(&self) -> i32 {
@@ -301,6 +312,13 @@ impl Attention {
         let (keys, values) = if self.row_kernel && !self.host && kv_in_place() {
             let (keys, values, filled) = cache.append_in_place(keys, values)?;
             if row_invariant::takes_attention(&queries, &keys) {
+                if gate_in_merge() && row_invariant::takes_attention_gate(&queries, &qkv[0]) {
+                    let out = row_invariant::causal_attention_gated_in(
+                        &queries, &keys, &values, filled, scale, &qkv[0],
+                    )?;
+                    let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
+                    return self.project(&out, residual);
+                }
                 let out =
                     row_invariant::causal_attention_in(&queries, &keys, &values, filled, scale)?;
                 let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
