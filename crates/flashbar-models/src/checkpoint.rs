@@ -159,7 +159,7 @@ impl Checkpoint {
                     e.what().split(" at /").next().unwrap_or_default()
                 ),
             })?;
-            flashbar_mlx::memory::read_on_gpu(arrays.values())?;
+            flashbar_mlx::memory::read_on_gpu(arrays.values());
             by_stored_name.extend(arrays);
         }
         let mut out = HashMap::with_capacity(self.tensors.len());
