@@ -2,13 +2,13 @@
 //! experts per token (SwiGLU experts applied through gather_mm / gather_qmm),
 //! plus a shared expert scaled by its own sigmoid gate.
 //!
-//! On CUDA's row kernels a decode step or a verified block runs the block in
-//! seven kernels (docs/gpu.md, "The MoE block in kernels"): the router
+//! On CUDA's row kernels a decode step, a verified block or a prefill runs
+//! the block in seven kernels (docs/gpu.md, "The MoE block in kernels"): the router
 //! and the shared gate as one product, the router's choice
 //! (`row_invariant::moe_route`), the experts' paired gate/up product with
 //! its GLU end, their down product, the shared expert's two, and the
 //! weighted sum onto the residual (`row_invariant::moe_combine`). The ops
-//! below do the same for prefill and elsewhere.
+//! below do the same elsewhere.
 
 use crate::config::TextConfig;
 use crate::error::Result;
