@@ -40,6 +40,11 @@ fn prefill_kernels() -> bool {
     *ON.get_or_init(|| std::env::var(MOE_PREFILL_KERNELS_ENV).as_deref() != Ok("0"))
 }
 
+/// A prefill's tokens a call of the block's kernels: each block of the
+/// gathered products scans all of a call's pairs once a tile, so a long
+/// prompt goes in slices (each token still computed alone).
+const PREFILL_SLICE: i32 = 1024;
+
 pub struct SparseMoe {
     router: Router,
     experts: ExpertsGlu,
@@ -116,7 +121,7 @@ impl SparseMoe {
     /// [`Self::forward`], onto the residual stream `residual` when given
     /// (the kernels add it themselves).
     pub fn forward_onto(&self, x: &Array, residual: Option<&Array>) -> Result<Onto> {
-        if let Some(out) = self.forward_kernels(x, residual)? {
+        if let Some(out) = self.forward_sliced(x, residual)? {
             return Ok(out);
         }
         let (logits, shared_gate) = self.router.forward(x)?;
@@ -147,6 +152,29 @@ impl SparseMoe {
             .forward(x)?
             .multiply(sigmoid(shared_gate)?)?;
         Ok(Onto::Apart(routed.add(shared)?))
+    }
+
+    /// [`Self::forward_kernels`] on `x` `[1, L, hidden]` in slices of at
+    /// most [`PREFILL_SLICE`] tokens, joined.
+    fn forward_sliced(&self, x: &Array, residual: Option<&Array>) -> Result<Option<Onto>> {
+        let shape = x.shape();
+        if shape.len() != 3 || shape[0] != 1 || shape[1] <= PREFILL_SLICE {
+            return self.forward_kernels(x, residual);
+        }
+        let mut outs = Vec::new();
+        for start in (0..shape[1]).step_by(PREFILL_SLICE as usize) {
+            let end = (start + PREFILL_SLICE).min(shape[1]);
+            let res = residual.map(|r| r.index((.., start..end, ..)));
+            match self.forward_kernels(&x.index((.., start..end, ..)), res.as_ref())? {
+                Some(Onto::Added(out) | Onto::Apart(out)) => outs.push(out),
+                None => return Ok(None),
+            }
+        }
+        let out = mlx_rs::ops::concatenate(&outs, 1)?;
+        Ok(Some(match residual {
+            Some(_) => Onto::Added(out),
+            None => Onto::Apart(out),
+        }))
     }
 
     /// The experts and their scores (`[B, L, k]` each) by the route kernel,
