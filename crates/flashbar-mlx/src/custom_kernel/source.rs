@@ -253,6 +253,20 @@ mod tests {
                 vec![("D", 256), ("GROUP", 4), ("DT", 1), ("CAUSAL", 1)],
             ),
             (
+                "attn_head.cu",
+                vec![
+                    ("qg", a(bf, 3)),
+                    ("k", a(bf, 3)),
+                    ("v", a(bf, 3)),
+                    ("qw", a(bf, 1)),
+                    ("kw", a(bf, 1)),
+                    ("offset", a(i, 1)),
+                    ("params", a(f, 1)),
+                ],
+                vec![("q_out", bf), ("k_out", bf), ("v_out", bf)],
+                vec![("D", 256), ("HQ", 16), ("HKV", 4), ("DIMS", 64), ("DT", 1)],
+            ),
+            (
                 "attn_merge.cu",
                 vec![("part", a(f, 5)), ("stats", a(f, 5)), ("gate", a(f, 5))],
                 vec![("out", bf)],

@@ -16,7 +16,8 @@
 //!
 //! Bodies: `kernels/cuda/qmm.cu`, `kernels/cuda/attn_rows.cu` with
 //! `attn_merge.cu`, `kernels/cuda/conv_rows.cu`, `kernels/cuda/moe_route.cu`,
-//! `kernels/cuda/moe_combine.cu`. Only CUDA has
+//! `kernels/cuda/moe_combine.cu`, and a gated attention's head (its q/k
+//! norms and RoPE) `kernels/cuda/attn_head.cu` (`head`). Only CUDA has
 //! them; [`available`] says where. Callers use them for at most [`MAX_ROWS`]
 //! rows (decode, verify) and MLX's kernels for longer inputs (prefill,
 //! shared by plain decoding and DFlash alike).
@@ -26,8 +27,10 @@ use crate::device::Backend;
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype};
 
+mod head;
 mod moe;
 mod qmm;
+pub use head::{attention_head, head_params, takes_attention_head, HeadShape};
 pub use moe::{moe_combine, moe_route, takes_combine, takes_route, Routes, MAX_EXPERTS, MAX_TOP_K};
 pub use qmm::{
     gather_quantized_matmul, gather_quantized_matmul_pairs, pair_glu_rows, qmm_launch,

@@ -6,6 +6,7 @@
 //! the same check on two devices (CPU vs CUDA) can be compared as well.
 
 mod gdn_layer_checks;
+mod head_checks;
 mod moe_checks;
 mod row_invariant_checks;
 
@@ -74,6 +75,7 @@ pub fn run_all(
             add(row_invariant_checks::attention()?.into());
             add(vec![row_invariant_checks::attention_room()?]);
             add(vec![row_invariant_checks::attention_gate()?]);
+            add(head_checks::head()?.into());
             add(row_invariant_checks::conv()?.into());
             add(moe_checks::moe_block()?);
         }

@@ -40,7 +40,7 @@ pub(super) fn rows_differing(batch: &Array, singles: &Array, axis: i32) -> Resul
     item(&differ.as_dtype(Dtype::Float32)?.sum(None)?)
 }
 
-fn item(scalar: &Array) -> Result<f64, Exception> {
+pub(super) fn item(scalar: &Array) -> Result<f64, Exception> {
     scalar
         .try_item_exact::<f32>()
         .map(f64::from)

@@ -1,7 +1,7 @@
 //! Gated full attention: q/k RMS norms, partial RoPE, grouped KV heads, and
 //! an output gate (`q_proj` yields queries and gate side by side per head).
 
-use crate::config::{Rope, TextConfig};
+use crate::config::{Rope, Scaling, TextConfig};
 use crate::error::Result;
 use crate::nn::attention_host::HostAttention;
 use crate::nn::host::HostKv;
@@ -50,6 +50,17 @@ pub const GATE_IN_MERGE_ENV: &str = "FLASHBAR_ATTN_GATE_IN_MERGE";
 fn gate_in_merge() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var(GATE_IN_MERGE_ENV).as_deref() == Ok("1"))
+}
+
+/// `1` runs the layer's head (the q/k norms, RoPE, the heads' layout) as
+/// one kernel on CUDA's row kernels, in place of six kernels and some ten
+/// graph nodes; opt-in until `flashbar smoke`'s `attention_head_*` checks
+/// have passed on a GPU (docs/gpu.md, "The attention's head in one kernel").
+pub const HEAD_KERNEL_ENV: &str = "FLASHBAR_ATTN_HEAD_KERNEL";
+
+fn head_kernel() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(HEAD_KERNEL_ENV).as_deref() == Ok("1"))
 }
 
 impl KvCache {
@@ -229,6 +240,9 @@ pub struct Attention {
     /// Decode steps and verified blocks on the row-invariant CUDA kernel
     /// (`linear::row_kernels`), for the same reason.
     row_kernel: bool,
+    /// The head kernel's parameters (`row_invariant::head_params`), where
+    /// it runs: CUDA's row kernels with a linear RoPE.
+    head_params: Option<Array>,
 }
 
 impl Attention {
@@ -255,7 +269,14 @@ impl Attention {
             arithmetic: host::arithmetic(),
             host_head: None,
             row_kernel: row_kernels(),
+            head_params: None,
         };
+        if let (true, Scaling::Linear(scale)) =
+            (attention.row_kernel && head_kernel(), rope.scaling)
+        {
+            let params = row_invariant::head_params(rope.theta, scale, attention.eps);
+            attention.head_params = Some(params);
+        }
         if attention.host {
             let (q, k) = (&attention.q_norm, &attention.k_norm);
             attention.host_head = HostAttention::new(q, k, rope, attention.eps)?;
@@ -295,20 +316,12 @@ impl Attention {
                 return self.gate_and_project(&out, &qkv[0], residual);
             }
         }
-        let both = qkv[0].reshape(&[b, l, self.num_heads, -1])?;
-        let halves = split_equal(&both, 2, -1)?;
-        let gate = halves[1].reshape(&[b, l, -1])?;
-        let queries =
-            rms_norm(&halves[0], Some(&self.q_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
-        let keys = qkv[1].reshape(&[b, l, self.num_kv_heads, -1])?;
-        let keys = rms_norm(&keys, Some(&self.k_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
-        let values = qkv[2]
-            .reshape(&[b, l, self.num_kv_heads, -1])?
-            .transpose_axes(&[0, 2, 1, 3])?;
-
         let offset = cache.len();
-        let queries = self.rotate(&queries, offset)?;
-        let keys = self.rotate(&keys, offset)?;
+        let (queries, keys, values) = self.head(&qkv, offset)?;
+        let gate = || -> Result<Array> {
+            let both = qkv[0].reshape(&[b, l, self.num_heads, -1])?;
+            Ok(split_equal(&both, 2, -1)?[1].reshape(&[b, l, -1])?)
+        };
         let (keys, values) = if self.row_kernel && !self.host && kv_in_place() {
             let (keys, values, filled) = cache.append_in_place(keys, values)?;
             if row_invariant::takes_attention(&queries, &keys) {
@@ -322,7 +335,7 @@ impl Attention {
                 let out =
                     row_invariant::causal_attention_in(&queries, &keys, &values, filled, scale)?;
                 let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
-                return self.project(&fused::sigmoid_gate(&out, &gate)?, residual);
+                return self.project(&fused::sigmoid_gate(&out, &gate()?)?, residual);
             }
             cache.exact();
             match cache.keys_values()? {
@@ -343,7 +356,49 @@ impl Attention {
             scaled_dot_product_attention(&queries, &keys, &values, scale, mask, None)?
         };
         let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
-        self.project(&fused::sigmoid_gate(&out, &gate)?, residual)
+        self.project(&fused::sigmoid_gate(&out, &gate()?)?, residual)
+    }
+
+    /// The queries `[B, heads, L, D]`, keys and values `[B, kv_heads, L,
+    /// D]` of the products `qkv` for positions `offset..`: normed, rotated
+    /// and laid out by heads, in one kernel where it runs, else by MLX's ops.
+    fn head(&self, qkv: &[Array], offset: i32) -> Result<(Array, Array, Array)> {
+        let (b, l) = (qkv[0].shape()[0], qkv[0].shape()[1]);
+        let shape = row_invariant::HeadShape {
+            heads: self.num_heads,
+            kv_heads: self.num_kv_heads,
+            head_dim: self.head_dim,
+            rope_dims: self.rope.dims as i32,
+        };
+        if let Some(params) = &self.head_params {
+            if row_invariant::takes_attention_head(&qkv[0], &qkv[1], &qkv[2], shape) {
+                let [q, k, v] = row_invariant::attention_head(
+                    &qkv[0],
+                    &qkv[1],
+                    &qkv[2],
+                    &self.q_norm,
+                    &self.k_norm,
+                    params,
+                    offset,
+                    shape,
+                )?;
+                return Ok((q, k, v));
+            }
+        }
+        let both = qkv[0].reshape(&[b, l, self.num_heads, -1])?;
+        let queries = &split_equal(&both, 2, -1)?[0];
+        let queries =
+            rms_norm(queries, Some(&self.q_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
+        let keys = qkv[1].reshape(&[b, l, self.num_kv_heads, -1])?;
+        let keys = rms_norm(&keys, Some(&self.k_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
+        let values = qkv[2]
+            .reshape(&[b, l, self.num_kv_heads, -1])?
+            .transpose_axes(&[0, 2, 1, 3])?;
+        Ok((
+            self.rotate(&queries, offset)?,
+            self.rotate(&keys, offset)?,
+            values,
+        ))
     }
 
     /// `o_proj`, onto `residual` when given.
