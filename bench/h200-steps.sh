@@ -14,6 +14,7 @@
 # kernels a step with $ALSO; round35: its DFlash round and lossless check), smoke,
 # steptime (a decode step's kernels timed one by one, 9B and 35B-A3B), ckpt35 (the 35B-A3B
 # checkpoint alone), hostpart (a step's host part beside the whole, flashbar bench --verify-cost),
+# repeat9 (the 9B's 8,192-token prefill repeated under each attention setting and MLX switch),
 # save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0).
 set -uo pipefail
@@ -95,6 +96,20 @@ for step in "$@"; do
       run 200 repeat35-ops env FLASHBAR_MOE_PREFILL_KERNELS=0 "$pkg/prefill_repeat" \
         target/bench/qwen3.6-35b-a3b-4bit 1024 3
       run 300 repeat35-mlx-lm python3 bench/prefill_repeat_mlx_lm.py target/bench/qwen3.6-35b-a3b-4bit 1024 3
+      ;;
+    repeat9)
+      # the 9B's 8,192-token prefill three times from fresh caches, per setting, twice each
+      # (docs/gpu.md, "The attention's head in one kernel": not repeatable with both of them)
+      [ -d "$nine" ] || python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path
+import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])"
+      both="FLASHBAR_ATTN_HEAD_KERNEL=1 FLASHBAR_ATTN_GATE_IN_MERGE=1"
+      for setting in NONE=1 FLASHBAR_ATTN_HEAD_KERNEL=1 FLASHBAR_ATTN_GATE_IN_MERGE=1 "$both" \
+          "$both MLX_CUDA_USE_CUDNN_SDPA=0" "$both MLX_USE_CUDA_GRAPHS=0" "$both MLX_MAX_OPS_PER_BUFFER=1"; do
+        for i in 1 2; do
+          echo "== $setting ($i)" | tee -a "$OUT/repeat9.txt"
+          env $setting timeout 60 "$pkg/prefill_repeat" "$nine" 8192 3 2>&1 | tail -2 | tee -a "$OUT/repeat9.txt"
+        done
+      done
       ;;
     hostpart)
       # a decode step's and a verify's host part (graph built and queued) beside the whole, 35B-A3B then 9B

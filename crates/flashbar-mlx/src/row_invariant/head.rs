@@ -30,10 +30,17 @@ pub fn head_params(base: f32, scale: f32, eps: f32) -> Array {
     Array::from_slice(&[base.log2(), scale, eps], &[3])
 }
 
-/// Whether [`attention_head`] takes the query product `qg` `[B, T, heads *
-/// 2 * head_dim]` and the key and value products `k`, `v` `[B, T, kv_heads
-/// * head_dim]` of `shape`, with norm weights of `head_dim`.
-pub fn takes_attention_head(qg: &Array, k: &Array, v: &Array, shape: HeadShape) -> bool {
+/// Whether [`attention_head`] takes the query product `qg` (`[B, T, heads
+/// times 2 head_dim]`) and the key and value products `k`, `v` (`[B, T,
+/// kv_heads times head_dim]`) of `shape`, with norm weights `norms`
+/// (`[head_dim]`, the activations' type).
+pub fn takes_attention_head(
+    qg: &Array,
+    k: &Array,
+    v: &Array,
+    norms: [&Array; 2],
+    shape: HeadShape,
+) -> bool {
     let HeadShape {
         heads,
         kv_heads,
@@ -56,6 +63,9 @@ pub fn takes_attention_head(qg: &Array, k: &Array, v: &Array, shape: HeadShape) 
         && matches!(qg.dtype(), Dtype::Bfloat16 | Dtype::Float16)
         && k.dtype() == qg.dtype()
         && v.dtype() == qg.dtype()
+        && norms
+            .iter()
+            .all(|w| w.shape() == [head_dim] && w.dtype() == qg.dtype())
 }
 
 /// The queries `[B, heads, T, D]` and keys `[B, kv_heads, T, D]` normed by
@@ -76,10 +86,7 @@ pub fn attention_head(
     shape: HeadShape,
 ) -> Result<[Array; 3], Exception> {
     let d = shape.head_dim;
-    let norms_fit = [q_norm, k_norm]
-        .iter()
-        .all(|w| w.shape() == [d] && w.dtype() == qg.dtype());
-    if !takes_attention_head(qg, k, v, shape) || !norms_fit || params.shape() != [3] {
+    if !takes_attention_head(qg, k, v, [q_norm, k_norm], shape) || params.shape() != [3] {
         return Err(Exception::custom(format!(
             "attention head kernel: unsupported query product {:?} {:?}, keys {:?}, values {:?} \
              for {shape:?}",

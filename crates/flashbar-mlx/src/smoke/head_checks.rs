@@ -50,8 +50,15 @@ pub(crate) fn head() -> Result<[CheckResult; 3], Exception> {
             let qg = scaled(1000 + seed, &[1, t, heads * 2 * head_dim], 3.0)?;
             let k = scaled(1010 + seed, &[1, t, kv_heads * head_dim], 3.0)?;
             let v = scaled(1020 + seed, &[1, t, kv_heads * head_dim], 3.0)?;
-            let qw = scaled(1030 + seed, &[head_dim], 0.5)?.add(Array::from_f32(1.0))?;
-            let kw = scaled(1040 + seed, &[head_dim], 0.5)?.add(Array::from_f32(1.0))?;
+            // Norm weights around 1, in the activations' type (an f32 `1.0`
+            // would promote them to f32).
+            let weight = |s: u64| -> Result<Array, Exception> {
+                values(s, &[head_dim], Dtype::Float32)?
+                    .multiply(Array::from_f32(0.5))?
+                    .add(Array::from_f32(1.0))?
+                    .as_dtype(dtype)
+            };
+            let (qw, kw) = (weight(1030 + seed)?, weight(1040 + seed)?);
             let params = head_params(base, 1.0, EPS);
             let call = |from: i32, to: i32| {
                 let rows = |a: &Array| a.index((.., from..to, ..));

@@ -370,8 +370,9 @@ impl Attention {
             head_dim: self.head_dim,
             rope_dims: self.rope.dims as i32,
         };
+        let norms = [&self.q_norm, &self.k_norm];
         if let Some(params) = &self.head_params {
-            if row_invariant::takes_attention_head(&qkv[0], &qkv[1], &qkv[2], shape) {
+            if row_invariant::takes_attention_head(&qkv[0], &qkv[1], &qkv[2], norms, shape) {
                 let [q, k, v] = row_invariant::attention_head(
                     &qkv[0],
                     &qkv[1],
