@@ -80,6 +80,8 @@ def qmm(x, w, scales, biases, bits, gs, tiles=None, warps=None):
     f = kernel("flashbar_qmm", QMM, ["x", "w", "scales", "biases", "res", "pairs"], ["y"])
     blocks = -(-n // (8 * nt))
     # No fused ends (GLU = RES = GATHER = 0): x stands in for the unread residual and pairs.
+    # The body reads a dense call's x as [B, T, K].
+    x = x[None]
     return f(inputs=[x, w, scales, biases, x, x],
              template=[("BITS", bits), ("HALF", int(x.dtype == mx.float16)), ("NT", nt),
                        ("MT", 1 if m <= 16 else 2), ("GLU", 0), ("RES", 0), ("GATHER", 0),

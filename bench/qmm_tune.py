@@ -79,6 +79,9 @@ def qmm(source, name, x, w, scales, biases, bits, nt, warps):
     template = [("BITS", bits), ("HALF", int(x.dtype == mx.float16)), ("NT", nt), ("MT", 1 if m <= 16 else 2),
                 ("GLU", 0), ("RES", 0), ("GATHER", 0), ("P1", 0), ("P2", 0), ("P3", 0)]
     blocks = -(-n // (8 * nt))
+    # Bodies since 2026-12-06 read a dense call's x as [B, T, K]; earlier ones (--old) as [M, K].
+    if "x_shape[GATHER ? 1 : 2]" in source:
+        x = x[None]
     return body_kernel(name, source)(inputs=[x, w, scales, biases, x, x], template=template,
                                      grid=(blocks * 32 * warps, 1, 1), threadgroup=(32 * warps, 1, 1),
                                      output_shapes=[(m, n)], output_dtypes=[x.dtype])[0]

@@ -6,7 +6,7 @@
 //   const float* part    [B, HQ, T, NCH, D]   per chunk: sum of p * v
 //   const float* stats   [B, HQ, T, NCH, 2]   per chunk: largest score m, sum of p
 //   (plus part's shape, added by MLX because the body names it)
-//   <T>* out             [B, T, HQ, D]  token-major: as the output projection
+//   <T>* out             [B, T, HQ * D]  token-major: as the output projection
 //                        reads it, so no copy transposes it (docs/gpu.md)
 //   const <T>* gate      [B, T, HQ, 2 D]  with GATE: the query product, each
 //                        head's D queries then its D gate values (else unread)

@@ -4,13 +4,15 @@
 // kernels"; its speed: "The quantized matmul").
 //
 // A kernel BODY for MLX's fast::cuda_kernel (kernels/README.md). Parameters:
-//   const <T>* x            [M, K]   activations, bf16 (HALF = 0) or f16 (HALF = 1)
+//   const <T>* x            [B, T, K] (M = B T rows), or [M, K] with GATHER:
+//                           activations, bf16 (HALF = 0) or f16 (HALF = 1); the
+//                           model's own shape, so no reshape node precedes a call
 //   const uint32_t* w       [N, K * BITS / 32]  packed as MLX packs them
 //   const <T>* scales       [N, K / GS]
 //   const <T>* biases       [N, K / GS]
 //   (plus x's, w's and scales' shapes, added by MLX because the body names them)
-//   const <T>* res          [M, NO]  added to the output when RES (else unread)
-//   <T>* y                  [M, NO]  NO = N, or N / 2 with GLU
+//   const <T>* res          [.., NO] (M rows) added to the output when RES (else unread)
+//   <T>* y                  [.., NO] (M rows, x's leading shape)  NO = N, or N / 2 with GLU
 // Template ints: BITS (4 | 8), HALF, NT (8-column tiles per warp: 1, 2, 4, 8), MT (16-row
 // tiles: M <= 16 or M <= 32), and the fused ends (docs/gpu.md, "Fused ends"):
 // GLU = 1 (with NT = 4) when the weight is a SwiGLU's gate and up maps with
@@ -79,8 +81,8 @@ constexpr int XV = VALS / 8;            // 16-byte loads of one row of x per chu
 // with a second row tile, within the same 32 KB.
 constexpr int MAX_WARPS = NT == 8 ? (MT == 2 ? 4 : 8) : NT == 4 ? 8 : 16;
 
-int M = x_shape[0];
-const int K = x_shape[1];
+int M = GATHER ? x_shape[0] : x_shape[0] * x_shape[1];
+const int K = x_shape[GATHER ? 1 : 2];
 const int N = w_shape[GATHER ? 1 : 0];
 const int KW = K * BITS / 32;
 const int G = scales_shape[GATHER ? 2 : 1];

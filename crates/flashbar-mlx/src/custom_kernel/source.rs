@@ -201,7 +201,7 @@ mod tests {
             (
                 "qmm.cu",
                 vec![
-                    ("x", a(t, 2)),
+                    ("x", a(t, 3 - gather as usize)),
                     ("w", a(u, 2 + gather as usize)),
                     ("scales", a(t, 2 + gather as usize)),
                     ("biases", a(t, 2 + gather as usize)),

@@ -108,7 +108,10 @@ pub fn causal_attention(
     values: &Array,
     scale: f32,
 ) -> Result<Array, Exception> {
-    attention(queries, keys, values, None, scale, true, None)
+    heads_view(
+        attention(queries, keys, values, None, scale, true, None)?,
+        queries,
+    )
 }
 
 /// [`causal_attention`] over a cache kept in buffers with room: `keys` and
@@ -123,7 +126,39 @@ pub fn causal_attention_in(
     length: i32,
     scale: f32,
 ) -> Result<Array, Exception> {
-    attention(queries, keys, values, Some(length), scale, true, None)
+    heads_view(
+        attention(queries, keys, values, Some(length), scale, true, None)?,
+        queries,
+    )
+}
+
+/// [`causal_attention_in`], or [`causal_attention_gated_in`] with `gate`,
+/// as the output projection reads it: `[B, T, Hq * D]`, the kernel's own
+/// output with no view nodes after it (each costs the host time in a step).
+pub fn causal_attention_in_tokens(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    length: i32,
+    scale: f32,
+    gate: Option<&Array>,
+) -> Result<Array, Exception> {
+    if let Some(gate) = gate.filter(|g| !takes_attention_gate(queries, g)) {
+        return Err(Exception::custom(format!(
+            "attention kernel: unsupported gate {:?} {:?} for queries {:?}",
+            gate.shape(),
+            gate.dtype(),
+            queries.shape()
+        )));
+    }
+    attention(queries, keys, values, Some(length), scale, true, gate)
+}
+
+/// The kernel's token-major output `[B, T, Hq * D]` as `[B, Hq, T, D]` (a view).
+fn heads_view(out: Array, queries: &Array) -> Result<Array, Exception> {
+    let q = queries.shape();
+    out.reshape(&[q[0], q[2], q[1], q[3]])?
+        .transpose_axes(&[0, 2, 1, 3])
 }
 
 /// Whether [`causal_attention_gated_in`] takes `gate` for these queries
@@ -161,7 +196,10 @@ pub fn causal_attention_gated_in(
             queries.shape()
         )));
     }
-    attention(queries, keys, values, Some(length), scale, true, Some(gate))
+    heads_view(
+        attention(queries, keys, values, Some(length), scale, true, Some(gate))?,
+        queries,
+    )
 }
 
 /// Attention of T queries over all L keys (a drafted block over its
@@ -174,7 +212,10 @@ pub fn full_attention(
     values: &Array,
     scale: f32,
 ) -> Result<Array, Exception> {
-    attention(queries, keys, values, None, scale, false, None)
+    heads_view(
+        attention(queries, keys, values, None, scale, false, None)?,
+        queries,
+    )
 }
 
 fn attention(
@@ -244,15 +285,15 @@ fn attention(
     })?;
     let [part, stats] = <[Array; 2]>::try_from(partial)
         .map_err(|_| Exception::custom("the attention kernel returned other than two outputs"))?;
-    // Written token-major `[B, T, Hq, D]` and returned as its `[B, Hq, T,
-    // D]` view: the caller's transpose back to tokens is then no copy.
-    // Without a gate the body reads none: `part` stands in for it.
+    // Written token-major, `[B, T, Hq * D]`, as the output projection reads
+    // it (the callers above make the `[B, Hq, T, D]` view where they want
+    // one). Without a gate the body reads none: `part` stands in for it.
     single(custom_kernel::launch(&Launch {
         body: &MERGE,
         input_names: &["part", "stats", "gate"],
         output_names: &["out"],
         inputs: &[&part, &stats, gate.unwrap_or(&part)],
-        outputs: &[(vec![q[0], q[2], q[1], head_dim], queries.dtype())],
+        outputs: &[(vec![q[0], q[2], q[1] * head_dim], queries.dtype())],
         grid: [rows * head_dim, 1, 1],
         group: [head_dim, 1, 1],
         template: &[
@@ -260,8 +301,7 @@ fn attention(
             ("DT", dtype),
             ("GATE", i32::from(gate.is_some())),
         ],
-    })?)?
-    .transpose_axes(&[0, 2, 1, 3])
+    })?)
 }
 
 /// Whether [`depthwise_conv`] takes `x` `[B, L, C]` with `weight`

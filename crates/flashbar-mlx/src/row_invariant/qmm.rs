@@ -286,12 +286,15 @@ fn dense(
     }
     let (tiles, warps) = launch_override(n, k, bits).unwrap_or_else(|| qmm_launch(n, k, bits));
     let blocks = (n + 8 * tiles - 1) / (8 * tiles);
-    let x2 = x.reshape(&[m, k])?;
-    // Without a residual the kernel reads none: x stands in for it.
-    let residual = match ends.residual {
-        Some(r) => r.reshape(&[m, out_n])?,
-        None => x2.clone(),
+    // The body reads x as [B, T, K]: the models' own shape goes in as it is
+    // (a reshape is a graph node, host time in a step the host bounds).
+    let x3 = match x.ndim() {
+        3 => x.clone(),
+        _ => x.reshape(&[1, m, k])?,
     };
+    // Without a residual the kernel reads none: x stands in for it. A
+    // residual is read by row and column, whatever its leading shape.
+    let residual = ends.residual.unwrap_or(&x3);
     // The group size and the warps are run-time values of the kernel, read
     // from the scales' shape and the block's size.
     let template = [
@@ -306,22 +309,23 @@ fn dense(
         ("P2", part_start(parts, 2)),
         ("P3", part_start(parts, 3)),
     ];
-    // Not gathering: x stands in for the unread pairs too.
-    let y = single(custom_kernel::launch(&Launch {
+    // Not gathering: x stands in for the unread pairs too. The output comes
+    // in its final shape (flat with parts).
+    let y_shape = if parts.is_empty() {
+        out_shape
+    } else {
+        vec![m * out_n]
+    };
+    single(custom_kernel::launch(&Launch {
         body: &QMM,
         input_names: &QMM_INPUTS,
         output_names: &["y"],
-        inputs: &[&x2, w, scales, biases, &residual, &x2],
-        outputs: &[(vec![m * out_n], x.dtype())],
+        inputs: &[&x3, w, scales, biases, residual, &x3],
+        outputs: &[(y_shape, x.dtype())],
         grid: [blocks * 32 * warps, 1, 1],
         group: [32 * warps, 1, 1],
         template: &template,
-    })?)?;
-    if parts.is_empty() {
-        y.reshape(&out_shape)
-    } else {
-        Ok(y)
-    }
+    })?)
 }
 
 /// The column where part `i` of `parts` starts (the kernel's P1..P3; 0

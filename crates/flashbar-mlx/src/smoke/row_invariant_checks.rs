@@ -4,8 +4,8 @@
 
 use super::{seeded_values, CheckResult};
 use crate::row_invariant::{
-    causal_attention, causal_attention_gated_in, causal_attention_in, depthwise_conv,
-    full_attention, gather_quantized_matmul, pair_glu_rows, quantized_matmul,
+    causal_attention, causal_attention_gated_in, causal_attention_in, causal_attention_in_tokens,
+    depthwise_conv, full_attention, gather_quantized_matmul, pair_glu_rows, quantized_matmul,
     quantized_matmul_parts, quantized_matmul_with, unpair_glu_columns, Ends,
 };
 use mlx_rs::error::Exception;
@@ -375,7 +375,8 @@ pub(crate) fn attention() -> Result<[CheckResult; 2], Exception> {
 /// The cache in buffers with room ([`causal_attention_in`]; docs/gpu.md,
 /// "A KV cache with room"): 16 queries over the first L positions of a
 /// buffer whose tail holds other values, against the same over the L
-/// positions alone, bit for bit. Returns the elements that differ.
+/// positions alone, bit for bit, and in the token-major form the layers
+/// take ([`causal_attention_in_tokens`]). Returns the elements that differ.
 pub(crate) fn attention_room() -> Result<CheckResult, Exception> {
     let mut differing = 0.0;
     for (seed, (heads, kv_heads, dim, length)) in
@@ -398,6 +399,12 @@ pub(crate) fn attention_room() -> Result<CheckResult, Exception> {
         let exact = causal_attention(&q, &k, &v, scale)?;
         let room = causal_attention_in(&q, &kb, &vb, length, scale)?;
         differing += item(&room.ne(&exact)?.as_dtype(Dtype::Float32)?.sum(None)?)?;
+        // The token-major form the layers take, the same values.
+        let tokens = causal_attention_in_tokens(&q, &kb, &vb, length, scale, None)?;
+        let as_tokens = exact
+            .transpose_axes(&[0, 2, 1, 3])?
+            .reshape(&[1, t, heads * dim])?;
+        differing += item(&tokens.ne(&as_tokens)?.as_dtype(Dtype::Float32)?.sum(None)?)?;
     }
     Ok(CheckResult {
         name: "attention_room_vs_exact",

@@ -325,16 +325,20 @@ impl Attention {
         let (keys, values) = if self.row_kernel && !self.host && kv_in_place() {
             let (keys, values, filled) = cache.append_in_place(keys, values)?;
             if row_invariant::takes_attention(&queries, &keys) {
-                if gate_in_merge() && row_invariant::takes_attention_gate(&queries, &qkv[0]) {
-                    let out = row_invariant::causal_attention_gated_in(
-                        &queries, &keys, &values, filled, scale, &qkv[0],
-                    )?;
-                    let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
+                // `[B, L, heads * D]` as the kernel writes it: no view nodes.
+                let merged =
+                    gate_in_merge() && row_invariant::takes_attention_gate(&queries, &qkv[0]);
+                let out = row_invariant::causal_attention_in_tokens(
+                    &queries,
+                    &keys,
+                    &values,
+                    filled,
+                    scale,
+                    merged.then_some(&qkv[0]),
+                )?;
+                if merged {
                     return self.project(&out, residual);
                 }
-                let out =
-                    row_invariant::causal_attention_in(&queries, &keys, &values, filled, scale)?;
-                let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
                 return self.project(&fused::sigmoid_gate(&out, &gate()?)?, residual);
             }
             cache.exact();
