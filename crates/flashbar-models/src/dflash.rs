@@ -388,7 +388,8 @@ impl DraftAttention {
         let out =
             if mask.is_none() && self.row_kernel && row_invariant::takes_attention(&queries, &keys)
             {
-                row_invariant::full_attention(&queries, &keys, &values, scale)?
+                // `[B, L, heads * D]` as o_proj reads it: the kernel writes it so.
+                row_invariant::full_attention_tokens(&queries, &keys, &values, scale)?
             } else {
                 scaled_dot_product_attention(
                     &queries,
@@ -398,12 +399,13 @@ impl DraftAttention {
                     mask.as_ref().map(ScaledDotProductAttentionMask::Array),
                     None,
                 )?
+                .transpose_axes(&[0, 2, 1, 3])?
+                .reshape(&[b, l, -1])?
             };
         // Keep what the next round can still see.
         let keep = self.window.map_or(ctx_len, |w| ctx_len.min(w - 1));
         kv.keys = Some(keys.index((.., .., (ctx_len - keep)..ctx_len)));
         kv.values = Some(values.index((.., .., (ctx_len - keep)..ctx_len)));
-        let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
         self.o_proj.forward(&out)
     }
 

@@ -109,9 +109,20 @@ pub fn causal_attention(
     scale: f32,
 ) -> Result<Array, Exception> {
     heads_view(
-        attention(queries, keys, values, None, scale, true, None)?,
+        causal_attention_tokens(queries, keys, values, scale)?,
         queries,
     )
+}
+
+/// [`causal_attention`] as the output projection reads it, `[B, T, Hq * D]`
+/// (no view nodes after the kernel).
+pub fn causal_attention_tokens(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    scale: f32,
+) -> Result<Array, Exception> {
+    attention(queries, keys, values, None, scale, true, None)
 }
 
 /// [`causal_attention`] over a cache kept in buffers with room: `keys` and
@@ -213,9 +224,20 @@ pub fn full_attention(
     scale: f32,
 ) -> Result<Array, Exception> {
     heads_view(
-        attention(queries, keys, values, None, scale, false, None)?,
+        full_attention_tokens(queries, keys, values, scale)?,
         queries,
     )
+}
+
+/// [`full_attention`] as the output projection reads it, `[B, T, Hq * D]`
+/// (no view nodes after the kernel).
+pub fn full_attention_tokens(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    scale: f32,
+) -> Result<Array, Exception> {
+    attention(queries, keys, values, None, scale, false, None)
 }
 
 fn attention(

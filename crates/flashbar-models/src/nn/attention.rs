@@ -350,16 +350,18 @@ impl Attention {
             cache.append(keys, values)?
         };
 
+        // `[B, L, heads * D]` as o_proj reads it (the kernel writes it so).
         let out = if self.host && b == 1 {
             let out = host::causal_attention(&queries, &keys, &values, scale, self.arithmetic)?;
             return self.gate_and_project(&out, &qkv[0], residual);
         } else if self.row_kernel && row_invariant::takes_attention(&queries, &keys) {
-            row_invariant::causal_attention(&queries, &keys, &values, scale)?
+            row_invariant::causal_attention_tokens(&queries, &keys, &values, scale)?
         } else {
             let mask = (l > 1).then_some(ScaledDotProductAttentionMask::Causal);
             scaled_dot_product_attention(&queries, &keys, &values, scale, mask, None)?
+                .transpose_axes(&[0, 2, 1, 3])?
+                .reshape(&[b, l, -1])?
         };
-        let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, -1])?;
         self.project(&fused::sigmoid_gate(&out, &gate()?)?, residual)
     }
 
