@@ -10,6 +10,7 @@
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype, Stream};
 use std::cell::RefCell;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ffi::{c_int, CStr, CString};
 use std::sync::OnceLock;
@@ -133,23 +134,49 @@ pub(crate) fn launch(spec: &Launch) -> Result<Vec<Array>, Exception> {
         return precompiled::launch(spec, &stream);
     }
     // One kernel object per body and argument names, made on first use:
-    // making one scans the whole source for each argument's name.
+    // making one scans the whole source for each argument's name. Keyed by
+    // a hash of the names, so that a call allocates nothing to find it.
     thread_local! {
-        static KERNELS: RefCell<HashMap<(usize, String), Kernel<Active>>> =
+        static KERNELS: RefCell<HashMap<(usize, u64), Kernel<Active>>> =
             RefCell::new(HashMap::new());
     }
     let key = (
         spec.body as *const Body as usize,
-        format!("{:?}{:?}", spec.input_names, spec.output_names),
+        names_hash(spec.input_names, spec.output_names),
     );
     KERNELS.with(|kernels| {
         let mut kernels = kernels.borrow_mut();
-        if !kernels.contains_key(&key) {
-            let kernel = Kernel::<Active>::new(spec.body, spec.input_names, spec.output_names)?;
-            kernels.insert(key.clone(), kernel);
-        }
-        launch_with(&kernels[&key], spec, &stream)
+        let kernel = match kernels.entry(key) {
+            Entry::Occupied(made) => made.into_mut(),
+            Entry::Vacant(slot) => slot.insert(Kernel::<Active>::new(
+                spec.body,
+                spec.input_names,
+                spec.output_names,
+            )?),
+        };
+        launch_with(kernel, spec, &stream)
     })
+}
+
+/// FNV-1a over the input names, a separator, then the output names (each
+/// name ended by a NUL, which no name holds).
+fn names_hash(inputs: &[&str], outputs: &[&str]) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let mut add = |bytes: &[u8]| {
+        for &b in bytes {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for name in inputs {
+        add(name.as_bytes());
+        add(&[0]);
+    }
+    add(&[1, 0]);
+    for name in outputs {
+        add(name.as_bytes());
+        add(&[0]);
+    }
+    hash
 }
 
 #[cfg(test)]
@@ -192,12 +219,11 @@ fn launch_with<A: KernelApi>(
         "setting the thread group",
     )?;
     for (arg, value) in spec.template {
-        let arg = c_string(arg)?;
-        // SAFETY: `arg` is a valid C string for the call; mlx-c copies it.
-        check(
-            unsafe { A::add_template_arg_int(config.0, arg.as_ptr(), *value) },
-            "adding a template argument",
-        )?;
+        let status = with_c_name(arg, |arg| {
+            // SAFETY: `arg` is a valid C string for the call; mlx-c copies it.
+            unsafe { A::add_template_arg_int(config.0, arg.as_ptr(), *value) }
+        })?;
+        check(status, "adding a template argument")?;
     }
 
     let pointers: Vec<mlx_sys::mlx_array> = spec.inputs.iter().map(|a| a.as_ptr()).collect();
@@ -221,6 +247,21 @@ fn launch_with<A: KernelApi>(
     check(status, "launching")?;
 
     read_outputs(&outputs, spec.output_names.len(), &what)
+}
+
+/// `f` on `name` as a C string, made once per name and thread (a decode
+/// step names a few template arguments some 400 times).
+fn with_c_name<R>(name: &str, f: impl FnOnce(&CStr) -> R) -> Result<R, Exception> {
+    thread_local! {
+        static NAMES: RefCell<HashMap<Box<str>, CString>> = RefCell::new(HashMap::new());
+    }
+    NAMES.with(|names| {
+        let mut names = names.borrow_mut();
+        if !names.contains_key(name) {
+            names.insert(name.into(), c_string(name)?);
+        }
+        Ok(f(&names[name]))
+    })
 }
 
 /// The arrays of a launch's output vector, `expected` of them.
@@ -284,6 +325,33 @@ fn on_gpu(stream: &Stream) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn argument_names_key_their_kernel_apart() {
+        let key = names_hash(&["q", "k"], &["out"]);
+        assert_eq!(key, names_hash(&["q", "k"], &["out"]));
+        assert_ne!(
+            key,
+            names_hash(&["q"], &["k", "out"]),
+            "the split between inputs and outputs"
+        );
+        assert_ne!(
+            key,
+            names_hash(&["qk"], &["out"]),
+            "the split between names"
+        );
+        assert_ne!(key, names_hash(&["q", "k"], &["y"]));
+    }
+
+    #[test]
+    fn template_names_reach_mlx_as_c_strings() {
+        let first = with_c_name("GROUP", |c| c.to_str().unwrap().to_owned()).unwrap();
+        assert_eq!(first, "GROUP");
+        assert!(
+            with_c_name("A\0B", |_| ()).is_err(),
+            "a NUL is refused, not cut"
+        );
+    }
 
     #[test]
     fn names_change_with_the_source() {
