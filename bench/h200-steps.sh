@@ -15,6 +15,7 @@
 # steptime (a decode step's kernels timed one by one, 9B and 35B-A3B), ckpt35 (the 35B-A3B
 # checkpoint alone), hostpart (a step's host part beside the whole, flashbar bench --verify-cost),
 # repeat9 (the 9B's 8,192-token prefill repeated under each attention setting and MLX switch),
+# repeat9ops (MLX's ops repeated at its shapes, the prefill without our kernels, mlx-lm's),
 # save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0).
 set -uo pipefail
@@ -110,6 +111,21 @@ import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])
           env $setting timeout 60 "$pkg/prefill_repeat" "$nine" 8192 3 2>&1 | tail -2 | tee -a "$OUT/repeat9.txt"
         done
       done
+      ;;
+    repeat9ops)
+      # which op of the 9B's long prefill does not repeat: MLX's ops alone at its shapes, then
+      # the prefill with more runs, without our kernels, without the gated-delta kernel, mlx-lm's
+      [ -d "$nine" ] || python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path
+import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])"
+      run 120 repeat-ops python3 bench/repeat_ops.py --tokens 8192 --repeats 8
+      run 120 repeat-ops-nocudnn env MLX_CUDA_USE_CUDNN_SDPA=0 python3 bench/repeat_ops.py \
+        --tokens 8192 --repeats 8
+      for setting in NONE=1 NONE=2 FLASHBAR_PREFILL_QMM=1 FLASHBAR_PREFILL_QMM=1 FLASHBAR_GPU_KERNELS=0 \
+          FLASHBAR_GDN_LAYER=0; do
+        echo "== $setting" | tee -a "$OUT/repeat9ops.txt"
+        env $setting timeout 90 "$pkg/prefill_repeat" "$nine" 8192 6 2>&1 | tail -5 | tee -a "$OUT/repeat9ops.txt"
+      done
+      run 150 repeat9-mlx-lm python3 bench/prefill_repeat_mlx_lm.py "$nine" 8192 4
       ;;
     hostpart)
       # a decode step's and a verify's host part (graph built and queued) beside the whole, 35B-A3B then 9B

@@ -1,5 +1,6 @@
 // qmm: y = x . dequantize(w)^T for MLX's affine-quantized weights, for the
-// few rows of a decode step (M = 1) or a verified block (M <= 32), with every
+// few rows of a decode step (M = 1) or a verified block (M <= 32), and a
+// prefill's many rows 32 at a time, with every
 // row summed in the same order whatever M is (docs/gpu.md, "Row-invariant
 // kernels"; its speed: "The quantized matmul").
 //
@@ -38,6 +39,8 @@
 // the pairs instead (a grid of P < E), and the block of pair p takes p's expert if p is its first
 // pair (else it returns): the same tiles, a grid of P blocks a column block
 // in place of E, most of which would find nothing.
+// Dense calls of more than 32 rows (a prefill's) run a block per 32-row tile
+// and column block, each tile as a call of its rows alone (below).
 // Run-time: M, K, N, the group size
 // K / groups (32, 64 or 128) and the block's warps (1 .. MAX_WARPS,
 // splitting K; many warps a block keep a small layer's latency low,
@@ -118,6 +121,27 @@ if constexpr (GATHER) {
     if (earlier) return;
   }
 }
+// Dense: a call of more than 32 rows (a prefill's) has a block per 32-row
+// tile and column block (the grid's second axis counts the tiles), and
+// each tile is summed exactly as a call of those rows alone. The blocks are
+// taken in bands of BAND tiles a column block, so that a band's blocks
+// read the same weights while the L2 holds them, and x's band stays there.
+const int M_all = M;
+size_t row0 = 0;
+int n_block = blockIdx.x;
+if constexpr (!GATHER) {
+  if (gridDim.y > 1) {
+    constexpr int BAND = 8;
+    const int cols = gridDim.x;
+    const int lin = blockIdx.y * cols + blockIdx.x;
+    const int band = lin / (cols * BAND);
+    const int in_band = min(BAND, (int)gridDim.y - band * BAND);
+    const int within = lin - band * cols * BAND;
+    n_block = within / in_band;
+    row0 = (size_t)(band * BAND + within % in_band) * 32;
+    M = min(M_all - (int)row0, 32);
+  }
+}
 for (int tile0 = 0;; tile0 += 32) {
 if constexpr (GATHER) {
   const int P = pairs_shape[1];
@@ -143,11 +167,11 @@ if constexpr (GATHER) {
   break;
 }
 // Row r of the tile: the row of x it reads, the row of y it writes.
-auto x_row = [&](int r) -> size_t { return GATHER ? (size_t)pr[tile_pair[r]] : (size_t)r; };
-auto y_row = [&](int r) -> size_t { return GATHER ? (size_t)tile_pair[r] : (size_t)r; };
+auto x_row = [&](int r) -> size_t { return GATHER ? (size_t)pr[tile_pair[r]] : row0 + r; };
+auto y_row = [&](int r) -> size_t { return GATHER ? (size_t)tile_pair[r] : row0 + r; };
 const int g = lane >> 2;
 const int t = lane & 3;
-const int n0 = blockIdx.x * (NT * 8);
+const int n0 = n_block * (NT * 8);
 
 const unsigned short* xs = reinterpret_cast<const unsigned short*>(x);
 const unsigned short* ss = reinterpret_cast<const unsigned short*>(scales);
@@ -337,7 +361,7 @@ auto y_at = [&](int row, int col) -> size_t {
     if (col >= P1) start = P1, end = P2 > 0 ? P2 : NO;
     if (P2 > 0 && col >= P2) start = P2, end = P3 > 0 ? P3 : NO;
     if (P3 > 0 && col >= P3) start = P3, end = NO;
-    return (size_t)start * M + (size_t)row * (end - start) + (col - start);
+    return (size_t)start * M_all + y_row(row) * (end - start) + (col - start);
   } else {
     return y_row(row) * NO + col;
   }

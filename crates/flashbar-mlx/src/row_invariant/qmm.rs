@@ -11,16 +11,36 @@ use mlx_rs::{Array, Dtype};
 
 static QMM: Body = Body::new("qmm", include_str!("../../../../kernels/cuda/qmm.cu"));
 
-/// Whether [`quantized_matmul`] takes `x` (rows = every axis but the last)
-/// with these weights: bf16 or f16 activations with scales of that type,
-/// 4 or 8 bits, groups of 32, 64 or 128, at most [`MAX_ROWS`] rows.
+/// Whether the models run [`quantized_matmul`] for `x` (rows = every axis
+/// but the last) with these weights: bf16 or f16 activations with scales of
+/// that type, 4 or 8 bits, groups of 32, 64 or 128, at most [`MAX_ROWS`]
+/// rows, or any number with [`PREFILL_ROWS_ENV`] (the kernel itself takes
+/// any number, 32 rows a tile).
 pub fn takes_quantized(x: &Array, scales: &Array, group_size: i32, bits: i32) -> bool {
+    let rows: i32 = x.shape()[..x.ndim().saturating_sub(1)].iter().product();
+    fits_quantized(x, scales, group_size, bits) && (rows <= MAX_ROWS || prefill_rows())
+}
+
+/// `1` runs a prefill's products (more than [`MAX_ROWS`] rows) through
+/// the kernel too, 32 rows a tile, each row summed as a decode step sums it,
+/// in place of MLX's `quantized_matmul`, whose products of thousands of
+/// rows did not always give the same bits twice (docs/gpu.md, "Same prompt,
+/// same answer").
+pub const PREFILL_ROWS_ENV: &str = "FLASHBAR_PREFILL_QMM";
+
+fn prefill_rows() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(PREFILL_ROWS_ENV).as_deref() == Ok("1"))
+}
+
+/// What the kernel takes: [`takes_quantized`] without its limit on rows.
+fn fits_quantized(x: &Array, scales: &Array, group_size: i32, bits: i32) -> bool {
     let rows: i32 = x.shape()[..x.ndim().saturating_sub(1)].iter().product();
     matches!(x.dtype(), Dtype::Bfloat16 | Dtype::Float16)
         && scales.dtype() == x.dtype()
         && matches!(bits, 4 | 8)
         && matches!(group_size, 32 | 64 | 128)
-        && (1..=MAX_ROWS).contains(&rows)
+        && rows >= 1
 }
 
 /// How a weight of `n` output rows and `k` inputs is split over the GPU:
@@ -246,7 +266,7 @@ fn dense(
     ends: Ends,
     parts: &[i32],
 ) -> Result<Array, Exception> {
-    if !takes_quantized(x, scales, group_size, bits) {
+    if !fits_quantized(x, scales, group_size, bits) {
         return Err(Exception::custom(format!(
             "qmm kernel: unsupported input {:?} {:?} with {bits}-bit groups of {group_size} \
              and {:?} scales",
@@ -322,7 +342,8 @@ fn dense(
         output_names: &["y"],
         inputs: &[&x3, w, scales, biases, residual, &x3],
         outputs: &[(y_shape, x.dtype())],
-        grid: [blocks * 32 * warps, 1, 1],
+        // Past 32 rows, a block per 32-row tile as well (the body's second axis).
+        grid: [blocks * 32 * warps, (m + MAX_ROWS - 1) / MAX_ROWS, 1],
         group: [32 * warps, 1, 1],
         template: &template,
     })?)

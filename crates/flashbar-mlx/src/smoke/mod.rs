@@ -8,6 +8,7 @@
 mod gdn_layer_checks;
 mod head_checks;
 mod moe_checks;
+mod prefill_checks;
 mod row_invariant_checks;
 
 use crate::device::Backend;
@@ -71,6 +72,7 @@ pub fn run_all(
             add(row_invariant_checks::qmm()?.into());
             add(row_invariant_checks::qmm_ends()?.into());
             add(vec![row_invariant_checks::qmm_parts()?]);
+            add(vec![prefill_checks::qmm_prefill()?]);
             add(row_invariant_checks::gathered_qmm()?.into());
             add(row_invariant_checks::attention()?.into());
             add(vec![row_invariant_checks::attention_room()?]);
