@@ -15,7 +15,8 @@
 # steptime (a decode step's kernels timed one by one, 9B and 35B-A3B), ckpt35 (the 35B-A3B
 # checkpoint alone), hostpart (a step's host part beside the whole, flashbar bench --verify-cost),
 # repeat9 (the 9B's 8,192-token prefill repeated under each attention setting and MLX switch),
-# repeat9ops (MLX's ops repeated at its shapes, the prefill without our kernels, mlx-lm's),
+# repeat9ops (MLX's ops repeated at its shapes; the prefill with our products, without our
+# kernels; mlx-lm's),
 # save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0).
 set -uo pipefail
@@ -114,14 +115,12 @@ import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])
       ;;
     repeat9ops)
       # which op of the 9B's long prefill does not repeat: MLX's ops alone at its shapes, then
-      # the prefill with more runs, without our kernels, without the gated-delta kernel, mlx-lm's
+      # the prefill with more runs, with our products (FLASHBAR_PREFILL_QMM), without our kernels, mlx-lm's
       [ -d "$nine" ] || python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path
 import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])"
       run 120 repeat-ops python3 bench/repeat_ops.py --tokens 8192 --repeats 8
-      run 120 repeat-ops-nocudnn env MLX_CUDA_USE_CUDNN_SDPA=0 python3 bench/repeat_ops.py \
-        --tokens 8192 --repeats 8
-      for setting in NONE=1 NONE=2 FLASHBAR_PREFILL_QMM=1 FLASHBAR_PREFILL_QMM=1 FLASHBAR_GPU_KERNELS=0 \
-          FLASHBAR_GDN_LAYER=0; do
+      for setting in NONE=1 NONE=2 FLASHBAR_PREFILL_QMM=1 FLASHBAR_PREFILL_QMM=1 \
+          FLASHBAR_GPU_KERNELS=0; do
         echo "== $setting" | tee -a "$OUT/repeat9ops.txt"
         env $setting timeout 90 "$pkg/prefill_repeat" "$nine" 8192 6 2>&1 | tail -5 | tee -a "$OUT/repeat9ops.txt"
       done
