@@ -16,7 +16,7 @@
 # checkpoint alone), hostpart (a step's host part beside the whole, flashbar bench --verify-cost),
 # repeat9 (the 9B's 8,192-token prefill repeated under each attention setting and MLX switch),
 # repeat9ops (MLX's ops repeated at its shapes; the prefill with our products, without our
-# kernels; mlx-lm's),
+# kernels; mlx-lm's), prefillfix (the prefill's products in our kernel: repeated, timed, smoke),
 # save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0).
 set -uo pipefail
@@ -125,6 +125,19 @@ import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])
         env $setting timeout 90 "$pkg/prefill_repeat" "$nine" 8192 6 2>&1 | tail -5 | tee -a "$OUT/repeat9ops.txt"
       done
       run 150 repeat9-mlx-lm python3 bench/prefill_repeat_mlx_lm.py "$nine" 8192 4
+      ;;
+    prefillfix)
+      # a prefill's products through our kernel (FLASHBAR_PREFILL_QMM=1): MLX's ops alone
+      # repeated at the 9B's shapes, the 9B's 8,192-token prefill repeated (and timed) with
+      # and without it, then smoke (qmm_prefill_rows_invariant)
+      [ -d "$nine" ] || python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path
+import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])"
+      run 90 repeat-ops python3 bench/repeat_ops.py --tokens 8192 --repeats 6
+      for setting in FLASHBAR_PREFILL_QMM=1 NONE=1 FLASHBAR_PREFILL_QMM=1; do
+        echo "== $setting" | tee -a "$OUT/prefillfix.txt"
+        env $setting timeout 60 "$pkg/prefill_repeat" "$nine" 8192 5 2>&1 | tail -10 | tee -a "$OUT/prefillfix.txt"
+      done
+      run 200 smoke "$bin" smoke
       ;;
     hostpart)
       # a decode step's and a verify's host part (graph built and queued) beside the whole, 35B-A3B then 9B

@@ -7,7 +7,8 @@
 //! each from a fresh cache, tapping every layer's output, and prints for
 //! each later run the first layer whose output differs from the first
 //! run's (with how many of its positions differ), or that every layer and
-//! the logits are the same bits.
+//! the logits are the same bits; and on stderr, each run's time (every
+//! layer tapped, so a little over a plain prefill's).
 
 use flashbar_models::{Model, Outputs};
 use mlx_rs::ops::indexing::IndexOp;
@@ -50,9 +51,18 @@ fn run() -> Result<(), String> {
         mlx_rs::transforms::eval([&tapped, &out.logits]).map_err(|e| text(&e))?;
         Ok((tapped, out.logits))
     };
-    let (first_taps, first_logits) = once()?;
+    let timed = || -> Result<(Array, Array), String> {
+        let started = std::time::Instant::now();
+        let out = once()?;
+        eprintln!(
+            "prefill of {len} tokens: {:.1} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        Ok(out)
+    };
+    let (first_taps, first_logits) = timed()?;
     for run in 1..runs {
-        let (taps_now, logits_now) = once()?;
+        let (taps_now, logits_now) = timed()?;
         let mut report = None;
         for layer in 0..layers as i32 {
             let cols = layer * hidden..(layer + 1) * hidden;
