@@ -43,9 +43,10 @@ fn kv_in_place() -> bool {
 
 /// `1` has the attention's merge apply the output gate (`out *
 /// sigmoid(gate)`, MLX's rounding) in place of three ops a layer. Its smoke
-/// check passes on a GPU; opt-in with the head kernel until the long
-/// prefill that did not repeat with both is found (docs/gpu.md, "The
-/// attention's gate in its merge").
+/// check passes on a GPU; opt-in with the head kernel until the 9B's DFlash
+/// round at 8,192 tokens is lossless with both, which needs a prefill that
+/// repeats first (docs/gpu.md, "The attention's head in one kernel", "A
+/// prefill's products in the kernel").
 pub const GATE_IN_MERGE_ENV: &str = "FLASHBAR_ATTN_GATE_IN_MERGE";
 
 fn gate_in_merge() -> bool {
@@ -55,9 +56,9 @@ fn gate_in_merge() -> bool {
 
 /// `1` runs the layer's head (the q/k norms, RoPE, the heads' layout) as
 /// one kernel on CUDA's row kernels, in place of six kernels and some ten
-/// graph nodes. Its smoke checks pass on a GPU, but with the gate in the
-/// merge as well an 8,192-token prefill did not repeat, so it is opt-in
-/// until that is found (docs/gpu.md, "The attention's head in one kernel").
+/// graph nodes. Its smoke checks pass on a GPU; opt-in until the 9B's
+/// DFlash round at 8,192 tokens is lossless with it, which needs a prefill
+/// that repeats first (docs/gpu.md, "The attention's head in one kernel").
 pub const HEAD_KERNEL_ENV: &str = "FLASHBAR_ATTN_HEAD_KERNEL";
 
 fn head_kernel() -> bool {
