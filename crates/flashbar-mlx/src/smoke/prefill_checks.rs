@@ -4,14 +4,12 @@
 //! be the bits of a 1-row call, for the plain product, its fused ends and
 //! its parts apart; and the same bits when run again.
 
-use super::row_invariant_checks::{item, rows_differing, values};
+use super::row_invariant_checks::{item, rows_differing, seeded_weight, values};
 use super::CheckResult;
-use crate::row_invariant::{
-    pair_glu_rows, quantized_matmul, quantized_matmul_parts, quantized_matmul_with, Ends,
-};
+use crate::row_invariant::{quantized_matmul, quantized_matmul_parts, quantized_matmul_with, Ends};
 use mlx_rs::error::Exception;
+use mlx_rs::ops::concatenate;
 use mlx_rs::ops::indexing::IndexOp;
-use mlx_rs::ops::{concatenate, quantize, split_equal};
 use mlx_rs::{Array, Dtype};
 
 /// Rows of the long calls: ten tiles (a band of eight and a band of two),
@@ -40,18 +38,7 @@ pub(crate) fn qmm_prefill() -> Result<CheckResult, Exception> {
     .enumerate()
     {
         let seed = 700 + 4 * seed as u64;
-        let w = values(seed, &[n, k], Dtype::Float32)?.multiply(Array::from_f32(0.05))?;
-        let (wq, scales, biases) = quantize(&w.as_dtype(dtype)?, group, bits)?;
-        let (wq, scales, biases) = match ends {
-            true => {
-                let pair = |a: &Array| -> Result<Array, Exception> {
-                    let halves = split_equal(a, 2, 0)?;
-                    pair_glu_rows(&halves[0], &halves[1])
-                };
-                (pair(&wq)?, pair(&scales)?, pair(&biases)?)
-            }
-            false => (wq, scales, biases),
-        };
+        let (wq, scales, biases) = seeded_weight(seed, [n, k], group, bits, ends)?;
         let x = values(seed + 1, &[ROWS, k], dtype)?;
         let residual = values(seed + 2, &[ROWS, n / 2], dtype)?;
         let call = |rows: std::ops::Range<i32>| match ends {

@@ -57,6 +57,28 @@ pub(super) fn largest_relative(a: &Array, reference: &Array) -> Result<f64, Exce
     Ok(diff / scale.max(f64::MIN_POSITIVE))
 }
 
+/// A bf16 map of `n` outputs and `k` inputs from `seed`, quantized; with
+/// `glu` its rows 0..n/2 are a gate and the rest an up map, paired as the
+/// load pairs them.
+pub(super) fn seeded_weight(
+    seed: u64,
+    [n, k]: [i32; 2],
+    group: i32,
+    bits: i32,
+    glu: bool,
+) -> Result<(Array, Array, Array), Exception> {
+    let w = values(seed, &[n, k], Dtype::Float32)?.multiply(Array::from_f32(0.05))?;
+    let (wq, scales, biases) = quantize(&w.as_dtype(Dtype::Bfloat16)?, group, bits)?;
+    if !glu {
+        return Ok((wq, scales, biases));
+    }
+    let pair = |a: &Array| -> Result<Array, Exception> {
+        let halves = split_equal(a, 2, 0)?;
+        pair_glu_rows(&halves[0], &halves[1])
+    };
+    Ok((pair(&wq)?, pair(&scales)?, pair(&biases)?))
+}
+
 /// Every check here gives two results: the rows of many-row calls that
 /// differ from 1-row calls (none may), and the largest difference from
 /// MLX's own op, within `tolerance`.
@@ -144,19 +166,7 @@ pub(crate) fn qmm_ends() -> Result<[CheckResult; 2], Exception> {
     {
         let dtype = Dtype::Bfloat16;
         let seed = 300 + 4 * seed as u64;
-        let w = values(seed, &[n, k], Dtype::Float32)?.multiply(Array::from_f32(0.05))?;
-        let (wq, scales, biases) = quantize(&w.as_dtype(dtype)?, group, bits)?;
-        let (wq, scales, biases) = match glu {
-            // Rows 0..n/2 the gate, the rest the up map, paired as at load.
-            true => {
-                let pair = |a: &Array| -> Result<Array, Exception> {
-                    let halves = split_equal(a, 2, 0)?;
-                    pair_glu_rows(&halves[0], &halves[1])
-                };
-                (pair(&wq)?, pair(&scales)?, pair(&biases)?)
-            }
-            false => (wq, scales, biases),
-        };
+        let (wq, scales, biases) = seeded_weight(seed, [n, k], group, bits, glu)?;
         let out_n = if glu { n / 2 } else { n };
         let x = values(seed + 1, &[32, k], Dtype::Float32)?
             .multiply(Array::from_f32(3.0))?
