@@ -14,9 +14,9 @@
 # kernels a step with $ALSO; round35: its DFlash round and lossless check), smoke,
 # steptime (a decode step's kernels timed one by one, 9B and 35B-A3B), ckpt35 (the 35B-A3B
 # checkpoint alone), hostpart (a step's host part beside the whole, flashbar bench --verify-cost),
-# repeat9 (the 9B's 8,192-token prefill repeated under each attention setting and MLX switch),
-# repeat9ops (MLX's ops repeated at its shapes; the prefill with our products, without our
-# kernels; mlx-lm's), prefillfix (the prefill's products in our kernel: repeated, timed, smoke),
+# repeat9 (the 9B's 8,192-token prefill repeated with each default turned off in turn),
+# prefillfix (the prefill's products in our kernel and in MLX's: repeated, timed; smoke),
+# round8k (the 9B's DFlash round at 8,192 tokens, three times, and once with $ALSO),
 # save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0).
 set -uo pipefail
@@ -101,43 +101,39 @@ for step in "$@"; do
       ;;
     repeat9)
       # the 9B's 8,192-token prefill three times from fresh caches, per setting, twice each
-      # (docs/gpu.md, "The attention's head in one kernel": not repeatable with both of them)
+      # (docs/gpu.md, "The attention's head in one kernel"; our products, head kernel and gate
+      # in the merge are the defaults, each turned off by its setting =0)
       [ -d "$nine" ] || python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path
 import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])"
-      both="FLASHBAR_ATTN_HEAD_KERNEL=1 FLASHBAR_ATTN_GATE_IN_MERGE=1"
-      for setting in NONE=1 FLASHBAR_ATTN_HEAD_KERNEL=1 FLASHBAR_ATTN_GATE_IN_MERGE=1 "$both" \
-          "$both MLX_CUDA_USE_CUDNN_SDPA=0" "$both MLX_USE_CUDA_GRAPHS=0" "$both MLX_MAX_OPS_PER_BUFFER=1"; do
+      for setting in NONE=1 FLASHBAR_PREFILL_QMM=0 FLASHBAR_ATTN_HEAD_KERNEL=0 \
+          FLASHBAR_ATTN_GATE_IN_MERGE=0 MLX_CUDA_USE_CUDNN_SDPA=0; do
         for i in 1 2; do
           echo "== $setting ($i)" | tee -a "$OUT/repeat9.txt"
           env $setting timeout 60 "$pkg/prefill_repeat" "$nine" 8192 3 2>&1 | tail -2 | tee -a "$OUT/repeat9.txt"
         done
       done
       ;;
-    repeat9ops)
-      # which op of the 9B's long prefill does not repeat: MLX's ops alone at its shapes, then
-      # the prefill with more runs, with our products (FLASHBAR_PREFILL_QMM), without our kernels, mlx-lm's
-      [ -d "$nine" ] || python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path
-import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])"
-      run 120 repeat-ops python3 bench/repeat_ops.py --tokens 8192 --repeats 8
-      for setting in NONE=1 NONE=2 FLASHBAR_PREFILL_QMM=1 FLASHBAR_PREFILL_QMM=1 \
-          FLASHBAR_GPU_KERNELS=0; do
-        echo "== $setting" | tee -a "$OUT/repeat9ops.txt"
-        env $setting timeout 90 "$pkg/prefill_repeat" "$nine" 8192 6 2>&1 | tail -5 | tee -a "$OUT/repeat9ops.txt"
-      done
-      run 150 repeat9-mlx-lm python3 bench/prefill_repeat_mlx_lm.py "$nine" 8192 4
-      ;;
     prefillfix)
-      # a prefill's products through our kernel (FLASHBAR_PREFILL_QMM=1): MLX's ops alone
-      # repeated at the 9B's shapes, the 9B's 8,192-token prefill repeated (and timed) with
-      # and without it, then smoke (qmm_prefill_rows_invariant)
+      # a prefill's products through our kernel (the default) against MLX's
+      # (FLASHBAR_PREFILL_QMM=0): MLX's ops alone repeated at the 9B's shapes, the 9B's
+      # 8,192-token prefill repeated and timed each way, then smoke (qmm_prefill_rows_invariant)
       [ -d "$nine" ] || python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path
 import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])"
       run 90 repeat-ops python3 bench/repeat_ops.py --tokens 8192 --repeats 6
-      for setting in FLASHBAR_PREFILL_QMM=1 NONE=1 FLASHBAR_PREFILL_QMM=1; do
+      for setting in NONE=1 FLASHBAR_PREFILL_QMM=0 NONE=1; do
         echo "== $setting" | tee -a "$OUT/prefillfix.txt"
         env $setting timeout 60 "$pkg/prefill_repeat" "$nine" 8192 5 2>&1 | tail -10 | tee -a "$OUT/prefillfix.txt"
       done
       run 200 smoke "$bin" smoke
+      ;;
+    round8k)
+      # the 9B's DFlash round at 8,192 tokens, its lossless line, three times with the
+      # defaults and once with $ALSO (docs/gpu.md, "A prefill's products in the kernel")
+      for setting in NONE=1 NONE=2 NONE=3 "${also//,/ }"; do
+        echo "== $setting" | tee -a "$OUT/round8k.txt"
+        env $setting timeout 90 python3 bench/dflash_round.py --flashbar "$bin" --dir "$nine" \
+          --no-reference --contexts 8192 2>&1 | grep -E '^ +[0-9]+ [|]|lossless [(]' | tee -a "$OUT/round8k.txt"
+      done
       ;;
     hostpart)
       # a decode step's and a verify's host part (graph built and queued) beside the whole, 35B-A3B then 9B

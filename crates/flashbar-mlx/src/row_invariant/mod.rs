@@ -406,7 +406,8 @@ mod tests {
             .unwrap()
             .as_dtype(Dtype::Bfloat16)
             .unwrap();
-        assert!(!takes_quantized(&many, &scales, 64, 4), "33 rows");
+        // More than a decode's rows: a prefill's, 32 rows a tile.
+        assert!(takes_quantized(&many, &scales, 64, 4), "33 rows");
         let w = zeros::<u32>(&[8, 8]).unwrap();
         let error = quantized_matmul(&x, &w, &scales, &scales, 64, 4).unwrap_err();
         assert!(error.what().contains("unsupported"), "{}", error.what());

@@ -14,23 +14,25 @@ static QMM: Body = Body::new("qmm", include_str!("../../../../kernels/cuda/qmm.c
 /// Whether the models run [`quantized_matmul`] for `x` (rows = every axis
 /// but the last) with these weights: bf16 or f16 activations with scales of
 /// that type, 4 or 8 bits, groups of 32, 64 or 128, at most [`MAX_ROWS`]
-/// rows, or any number with [`PREFILL_ROWS_ENV`] (the kernel itself takes
-/// any number, 32 rows a tile).
+/// rows, or any number unless [`PREFILL_ROWS_ENV`] is `0` (the kernel
+/// itself takes any number, 32 rows a tile).
 pub fn takes_quantized(x: &Array, scales: &Array, group_size: i32, bits: i32) -> bool {
     let rows: i32 = x.shape()[..x.ndim().saturating_sub(1)].iter().product();
     fits_quantized(x, scales, group_size, bits) && (rows <= MAX_ROWS || prefill_rows())
 }
 
-/// `1` runs a prefill's products (more than [`MAX_ROWS`] rows) through
-/// the kernel too, 32 rows a tile, each row summed as a decode step sums it,
-/// in place of MLX's `quantized_matmul`, whose products of thousands of
-/// rows did not always give the same bits twice (docs/gpu.md, "Same prompt,
-/// same answer").
+/// A prefill's products (more than [`MAX_ROWS`] rows) run through the
+/// kernel too, 32 rows a tile, each row summed as a decode step sums it, in
+/// place of MLX's `quantized_matmul`, whose products of thousands of rows
+/// did not always give the same bits twice, so the 9B's DFlash round at
+/// 8,192 tokens was lossless in 1 run of 4 (docs/gpu.md, "A prefill's
+/// products in the kernel"). `0` hands them back to MLX, for benchmarks:
+/// MLX's is 20-27% faster at the 9B's shapes.
 pub const PREFILL_ROWS_ENV: &str = "FLASHBAR_PREFILL_QMM";
 
 fn prefill_rows() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var(PREFILL_ROWS_ENV).as_deref() == Ok("1"))
+    *ON.get_or_init(|| std::env::var(PREFILL_ROWS_ENV).as_deref() != Ok("0"))
 }
 
 /// What the kernel takes: [`takes_quantized`] without its limit on rows.

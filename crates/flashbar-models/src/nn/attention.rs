@@ -41,29 +41,26 @@ fn kv_in_place() -> bool {
     *ON.get_or_init(|| std::env::var(KV_IN_PLACE_ENV).as_deref() != Ok("0"))
 }
 
-/// `1` has the attention's merge apply the output gate (`out *
-/// sigmoid(gate)`, MLX's rounding) in place of three ops a layer. Its smoke
-/// check passes on a GPU; opt-in with the head kernel until the 9B's DFlash
-/// round at 8,192 tokens is lossless with both, which needs a prefill that
-/// repeats first (docs/gpu.md, "The attention's head in one kernel", "A
-/// prefill's products in the kernel").
+/// The attention's merge applies the output gate (`out * sigmoid(gate)`,
+/// MLX's rounding) in place of three ops a layer, on CUDA's row kernels;
+/// `0` leaves it to the ops, for benchmarks (docs/gpu.md, "The attention's
+/// gate in its merge").
 pub const GATE_IN_MERGE_ENV: &str = "FLASHBAR_ATTN_GATE_IN_MERGE";
 
 fn gate_in_merge() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var(GATE_IN_MERGE_ENV).as_deref() == Ok("1"))
+    *ON.get_or_init(|| std::env::var(GATE_IN_MERGE_ENV).as_deref() != Ok("0"))
 }
 
-/// `1` runs the layer's head (the q/k norms, RoPE, the heads' layout) as
-/// one kernel on CUDA's row kernels, in place of six kernels and some ten
-/// graph nodes. Its smoke checks pass on a GPU; opt-in until the 9B's
-/// DFlash round at 8,192 tokens is lossless with it, which needs a prefill
-/// that repeats first (docs/gpu.md, "The attention's head in one kernel").
+/// The layer's head (the q/k norms, RoPE, the heads' layout) runs as one
+/// kernel on CUDA's row kernels, in place of six kernels and some ten graph
+/// nodes; `0` runs the ops, for benchmarks (docs/gpu.md, "The attention's
+/// head in one kernel").
 pub const HEAD_KERNEL_ENV: &str = "FLASHBAR_ATTN_HEAD_KERNEL";
 
 fn head_kernel() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var(HEAD_KERNEL_ENV).as_deref() == Ok("1"))
+    *ON.get_or_init(|| std::env::var(HEAD_KERNEL_ENV).as_deref() != Ok("0"))
 }
 
 impl KvCache {
