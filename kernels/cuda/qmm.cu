@@ -15,7 +15,8 @@
 //   const <T>* res          [.., NO] (M rows) added to the output when RES (else unread)
 //   <T>* y                  [.., NO] (M rows, x's leading shape)  NO = N, or N / 2 with GLU
 // Template ints: BITS (4 | 8), HALF, NT (8-column tiles per warp: 1, 2, 4, 8), MT (16-row
-// tiles: M <= 16 or M <= 32), and the fused ends (docs/gpu.md, "Fused ends"):
+// tiles: M <= 16 or M <= 32; 4, a prefill's 64-row tiles, not with GATHER), and the
+// fused ends (docs/gpu.md, "Fused ends"):
 // GLU = 1 (with NT = 4) when the weight is a SwiGLU's gate and up maps with
 // their rows paired, 16 of gate then the same 16 of up in every 32, and y is
 // silu(gate) * up; RES = 1 when y is res + the output. Both act on each
@@ -40,7 +41,8 @@
 // pair (else it returns): the same tiles, a grid of P blocks a column block
 // in place of E, most of which would find nothing.
 // Dense calls of more than 32 rows (a prefill's) run a block per 32-row tile
-// and column block, each tile as a call of its rows alone (below).
+// (64 with MT = 4) and column block, each tile as a call of its rows alone
+// (below).
 // Run-time: M, K, N, the group size
 // K / groups (32, 64 or 128) and the block's warps (1 .. MAX_WARPS,
 // splitting K; many warps a block keep a small layer's latency low,
@@ -61,7 +63,10 @@
 // order, or the k split. NT and the warps are chosen from the weight's
 // shape only (flashbar_mlx::row_invariant::qmm_launch), and the partial sums
 // of the block's warps are added in warp order. M = 17..32 runs a second
-// 16-row tile beside the first with the same instructions.
+// 16-row tile beside the first with the same instructions; MT = 4 four of
+// them, each dequantized weight feeding all four (its loop takes x a
+// 16-byte load at a time, so that 64 rows fit the registers, and each
+// accumulator still takes its products in the same order).
 //
 // Dequantization (w = scale * q + bias), with no int-to-float conversion
 // (a quarter-rate instruction that bounded the first version of this kernel):
@@ -82,7 +87,12 @@ constexpr int XV = VALS / 8;            // 16-byte loads of one row of x per chu
 // tiles (NT = 8, tried by bench/qmm_tune.py only: at M = 16 every lane
 // reads twice as many bytes of x as of weights with four) keep 8 warps, 4
 // with a second row tile, within the same 32 KB.
-constexpr int MAX_WARPS = NT == 8 ? (MT == 2 ? 4 : 8) : NT == 4 ? 8 : 16;
+// The partial sums go through shared memory two row tiles at a time (MT = 4
+// in two passes), so the same 32 KB hold them.
+constexpr int MT_PASS = MT > 2 ? 2 : MT;
+constexpr int MAX_WARPS = NT == 8 ? (MT_PASS == 2 ? 4 : 8) : NT == 4 ? 8 : 16;
+// Rows a dense block's tile holds past 32 rows (a prefill's).
+constexpr int TILE_ROWS = MT == 4 ? 64 : 32;
 
 int M = GATHER ? x_shape[0] : x_shape[0] * x_shape[1];
 const int K = x_shape[GATHER ? 1 : 2];
@@ -138,8 +148,8 @@ if constexpr (!GATHER) {
     const int in_band = min(BAND, (int)gridDim.y - band * BAND);
     const int within = lin - band * cols * BAND;
     n_block = within / in_band;
-    row0 = (size_t)(band * BAND + within % in_band) * 32;
-    M = min(M_all - (int)row0, 32);
+    row0 = (size_t)(band * BAND + within % in_band) * TILE_ROWS;
+    M = min(M_all - (int)row0, TILE_ROWS);
   }
 }
 for (int tile0 = 0;; tile0 += 32) {
@@ -275,78 +285,152 @@ for (int c = warp; c < chunks; c += warps) {
     }
   }
 
-  // A: rows g and g + 8 of each 16-row tile, this lane's VALS values as
-  // pairs, in the order the weights' pairs come in (4 bits: value i with i + 4).
-  unsigned int a[MT][2][VALS / 2];
+  if constexpr (MT == 4) {
+    // x one 16-byte load (of each of the 64 rows) at a time, then every tile's
+    // words that load pairs with: for each (tile, row tile) the products come
+    // in the order of the branch below. Not unrolled: unrolled, the
+    // compiler holds every load's x at once and runs out of registers.
+#pragma unroll 1
+    for (int i = 0; i < XV; ++i) {
+      unsigned int a[MT][2][4];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = mt * 16 + h * 8 + g;
-      if (live && row < M) {
-        const uint4* p = reinterpret_cast<const uint4*>(xs + x_row(row) * K + k0);
-#pragma unroll
-        for (int i = 0; i < XV; ++i) {
-          const uint4 v = p[i];
-          if constexpr (BITS == 4) {
-            a[mt][h][4 * i] = __byte_perm(v.x, v.z, 0x5410);      // x0, x4
-            a[mt][h][4 * i + 1] = __byte_perm(v.x, v.z, 0x7632);  // x1, x5
-            a[mt][h][4 * i + 2] = __byte_perm(v.y, v.w, 0x5410);  // x2, x6
-            a[mt][h][4 * i + 3] = __byte_perm(v.y, v.w, 0x7632);  // x3, x7
+        for (int h = 0; h < 2; ++h) {
+          const int row = mt * 16 + h * 8 + g;
+          if (live && row < M) {
+            const uint4 v = reinterpret_cast<const uint4*>(xs + x_row(row) * K + k0)[i];
+            if constexpr (BITS == 4) {
+              a[mt][h][0] = __byte_perm(v.x, v.z, 0x5410);
+              a[mt][h][1] = __byte_perm(v.x, v.z, 0x7632);
+              a[mt][h][2] = __byte_perm(v.y, v.w, 0x5410);
+              a[mt][h][3] = __byte_perm(v.y, v.w, 0x7632);
+            } else {
+              a[mt][h][0] = v.x;
+              a[mt][h][1] = v.y;
+              a[mt][h][2] = v.z;
+              a[mt][h][3] = v.w;
+            }
           } else {
-            a[mt][h][4 * i] = v.x;
-            a[mt][h][4 * i + 1] = v.y;
-            a[mt][h][4 * i + 2] = v.z;
-            a[mt][h][4 * i + 3] = v.w;
+#pragma unroll
+            for (int r = 0; r < 4; ++r) a[mt][h][r] = 0u;
+          }
+        }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        if constexpr (BITS == 4) {
+          // Load i is word i's eight values.
+          const unsigned int word = i == 0 ? q[nt].x : i == 1 ? q[nt].y : i == 2 ? q[nt].z : q[nt].w;
+          const unsigned int s2 = (unsigned int)sc[nt] * 0x10001u;
+          const unsigned int b2 = (unsigned int)bi[nt] * 0x10001u;
+          unsigned int v[4];
+#pragma unroll
+          for (int p = 0; p < 4; ++p) {
+            const unsigned int biased = ((word >> (4 * p)) & 0x000F000Fu) | MAGIC;
+            v[p] = fma2(fma2(biased, ONES, MINUS_MAGIC), s2, b2);
+          }
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma(acc[mt][nt], a[mt][0][0], a[mt][1][0], a[mt][0][1], a[mt][1][1], v[0], v[1]);
+            mma(acc[mt][nt], a[mt][0][2], a[mt][1][2], a[mt][0][3], a[mt][1][3], v[2], v[3]);
+          }
+        } else {
+          // Load i is words 2i and 2i + 1, four values each.
+          const float scale = to_float(sc[nt]);
+          const float bias = to_float(bi[nt]);
+#pragma unroll
+          for (int jj = 0; jj < 2; ++jj) {
+            const unsigned int word = i == 0 ? (jj == 0 ? q[nt].x : q[nt].y) : (jj == 0 ? q[nt].z : q[nt].w);
+            float f[4];
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+              const float qv = __uint_as_float(__byte_perm(word, 0x4Bu, 0x4550 + p)) - 8388608.0f;
+              f[p] = fmaf(scale, qv, bias);
+            }
+            const unsigned int b0 = pack(f[0], f[1]);
+            const unsigned int b1 = pack(f[2], f[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+              mma(acc[mt][nt], a[mt][0][2 * jj], a[mt][1][2 * jj], a[mt][0][2 * jj + 1],
+                  a[mt][1][2 * jj + 1], b0, b1);
+          }
+        }
+      }
+    }
+  } else {
+    // A: rows g and g + 8 of each 16-row tile, this lane's VALS values as
+    // pairs, in the order the weights' pairs come in (4 bits: value i with i + 4).
+    unsigned int a[MT][2][VALS / 2];
+  #pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+  #pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = mt * 16 + h * 8 + g;
+        if (live && row < M) {
+          const uint4* p = reinterpret_cast<const uint4*>(xs + x_row(row) * K + k0);
+  #pragma unroll
+          for (int i = 0; i < XV; ++i) {
+            const uint4 v = p[i];
+            if constexpr (BITS == 4) {
+              a[mt][h][4 * i] = __byte_perm(v.x, v.z, 0x5410);      // x0, x4
+              a[mt][h][4 * i + 1] = __byte_perm(v.x, v.z, 0x7632);  // x1, x5
+              a[mt][h][4 * i + 2] = __byte_perm(v.y, v.w, 0x5410);  // x2, x6
+              a[mt][h][4 * i + 3] = __byte_perm(v.y, v.w, 0x7632);  // x3, x7
+            } else {
+              a[mt][h][4 * i] = v.x;
+              a[mt][h][4 * i + 1] = v.y;
+              a[mt][h][4 * i + 2] = v.z;
+              a[mt][h][4 * i + 3] = v.w;
+            }
+          }
+        } else {
+  #pragma unroll
+          for (int i = 0; i < VALS / 2; ++i) a[mt][h][i] = 0u;
+        }
+      }
+
+  #pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const unsigned int words[4] = {q[nt].x, q[nt].y, q[nt].z, q[nt].w};
+      if constexpr (BITS == 4) {
+        const unsigned int s2 = (unsigned int)sc[nt] * 0x10001u;
+        const unsigned int b2 = (unsigned int)bi[nt] * 0x10001u;
+  #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          // Word j holds values 8j .. 8j+7 of the lane's VALS; pair p is (p, p + 4).
+          unsigned int v[4];
+  #pragma unroll
+          for (int p = 0; p < 4; ++p) {
+            const unsigned int biased = ((words[j] >> (4 * p)) & 0x000F000Fu) | MAGIC;
+            v[p] = fma2(fma2(biased, ONES, MINUS_MAGIC), s2, b2);
+          }
+  #pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma(acc[mt][nt], a[mt][0][4 * j], a[mt][1][4 * j], a[mt][0][4 * j + 1], a[mt][1][4 * j + 1],
+                v[0], v[1]);
+            mma(acc[mt][nt], a[mt][0][4 * j + 2], a[mt][1][4 * j + 2], a[mt][0][4 * j + 3],
+                a[mt][1][4 * j + 3], v[2], v[3]);
           }
         }
       } else {
-#pragma unroll
-        for (int i = 0; i < VALS / 2; ++i) a[mt][h][i] = 0u;
-      }
-    }
-
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const unsigned int words[4] = {q[nt].x, q[nt].y, q[nt].z, q[nt].w};
-    if constexpr (BITS == 4) {
-      const unsigned int s2 = (unsigned int)sc[nt] * 0x10001u;
-      const unsigned int b2 = (unsigned int)bi[nt] * 0x10001u;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        // Word j holds values 8j .. 8j+7 of the lane's VALS; pair p is (p, p + 4).
-        unsigned int v[4];
-#pragma unroll
-        for (int p = 0; p < 4; ++p) {
-          const unsigned int biased = ((words[j] >> (4 * p)) & 0x000F000Fu) | MAGIC;
-          v[p] = fma2(fma2(biased, ONES, MINUS_MAGIC), s2, b2);
+        const float scale = to_float(sc[nt]);
+        const float bias = to_float(bi[nt]);
+  #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          // Word j holds values 4j .. 4j+3, in natural order.
+          float f[4];
+  #pragma unroll
+          for (int p = 0; p < 4; ++p) {
+            const float qv = __uint_as_float(__byte_perm(words[j], 0x4Bu, 0x4550 + p)) - 8388608.0f;
+            f[p] = fmaf(scale, qv, bias);
+          }
+          const unsigned int b0 = pack(f[0], f[1]);
+          const unsigned int b1 = pack(f[2], f[3]);
+  #pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+            mma(acc[mt][nt], a[mt][0][2 * j], a[mt][1][2 * j], a[mt][0][2 * j + 1], a[mt][1][2 * j + 1],
+                b0, b1);
         }
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          mma(acc[mt][nt], a[mt][0][4 * j], a[mt][1][4 * j], a[mt][0][4 * j + 1], a[mt][1][4 * j + 1],
-              v[0], v[1]);
-          mma(acc[mt][nt], a[mt][0][4 * j + 2], a[mt][1][4 * j + 2], a[mt][0][4 * j + 3],
-              a[mt][1][4 * j + 3], v[2], v[3]);
-        }
-      }
-    } else {
-      const float scale = to_float(sc[nt]);
-      const float bias = to_float(bi[nt]);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        // Word j holds values 4j .. 4j+3, in natural order.
-        float f[4];
-#pragma unroll
-        for (int p = 0; p < 4; ++p) {
-          const float qv = __uint_as_float(__byte_perm(words[j], 0x4Bu, 0x4550 + p)) - 8388608.0f;
-          f[p] = fmaf(scale, qv, bias);
-        }
-        const unsigned int b0 = pack(f[0], f[1]);
-        const unsigned int b1 = pack(f[2], f[3]);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-          mma(acc[mt][nt], a[mt][0][2 * j], a[mt][1][2 * j], a[mt][0][2 * j + 1], a[mt][1][2 * j + 1],
-              b0, b1);
       }
     }
   }
@@ -395,27 +479,31 @@ if (warps == 1) {
       for (int e = 0; e < 4; ++e)
         store(mt, nt, e, lane, acc[mt][nt][e], acc[mt][(nt + NT_OUT) % NT][e]);
 } else {
-  // The warps' partial sums, added in warp order.
-  constexpr int PER_WARP = MT * NT * 4 * 32;
+  // The warps' partial sums, added in warp order, MT_PASS row tiles a pass.
+  constexpr int PER_WARP = MT_PASS * NT * 4 * 32;
   __shared__ float partial[MAX_WARPS * PER_WARP];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int m0 = 0; m0 < MT; m0 += MT_PASS) {
+    if (m0 > 0) __syncthreads();  // the last pass's sums are read
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int mt = 0; mt < MT_PASS; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        partial[warp * PER_WARP + ((mt * NT + nt) * 4 + e) * 32 + lane] = acc[mt][nt][e];
-  __syncthreads();
-  auto sum = [&](int idx) {
-    float v = partial[idx];
-    for (int other = 1; other < warps; ++other) v = __fadd_rn(v, partial[other * PER_WARP + idx]);
-    return v;
-  };
-  for (int idx = threadIdx.x; idx < PER_WARP; idx += warps * 32) {
-    const int tile = idx >> 7;
-    if (tile % NT >= NT_OUT) continue;
-    const float up = GLU ? sum(idx + NT_OUT * 128) : 0.0f;
-    store(tile / NT, tile % NT, (idx >> 5) & 3, idx & 31, sum(idx), up);
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          partial[warp * PER_WARP + ((mt * NT + nt) * 4 + e) * 32 + lane] = acc[m0 + mt][nt][e];
+    __syncthreads();
+    auto sum = [&](int idx) {
+      float v = partial[idx];
+      for (int other = 1; other < warps; ++other) v = __fadd_rn(v, partial[other * PER_WARP + idx]);
+      return v;
+    };
+    for (int idx = threadIdx.x; idx < PER_WARP; idx += warps * 32) {
+      const int tile = idx >> 7;
+      if (tile % NT >= NT_OUT) continue;
+      const float up = GLU ? sum(idx + NT_OUT * 128) : 0.0f;
+      store(m0 + tile / NT, tile % NT, (idx >> 5) & 3, idx & 31, sum(idx), up);
+    }
   }
 }
 }  // one pass a tile of the expert's pairs

@@ -36,8 +36,9 @@ pub use qmm::{
     gather_quantized_matmul, gather_quantized_matmul_pairs, pair_glu_rows, qmm_launch,
     quantized_matmul, quantized_matmul_parts, quantized_matmul_with, takes_gathered, takes_glu,
     takes_quantized, unpair_glu_columns, Ends, GLU_PAIR, LAUNCH_ENV, MAX_PARTS, PREFILL_ROWS_ENV,
-    WIDE,
+    PREFILL_TILE_ENV, WIDE,
 };
+pub(crate) use qmm::{quantized_matmul_parts_tiled, quantized_matmul_tiled};
 
 static ATTN: Body = Body::new(
     "attn_rows",

@@ -35,6 +35,21 @@ fn prefill_rows() -> bool {
     *ON.get_or_init(|| std::env::var(PREFILL_ROWS_ENV).as_deref() != Ok("0"))
 }
 
+/// `64` runs a prefill's products (more than [`MAX_ROWS`] rows) in tiles
+/// of 64 rows instead of 32: each weight loaded and dequantized once for
+/// twice the rows, every row still summed as a decode step sums it. Not
+/// yet timed or checked on a GPU, so opt-in (docs/gpu.md, "A prefill's
+/// products in the kernel").
+pub const PREFILL_TILE_ENV: &str = "FLASHBAR_PREFILL_TILE";
+
+fn prefill_tile() -> i32 {
+    static TILE: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *TILE.get_or_init(|| match std::env::var(PREFILL_TILE_ENV).as_deref() {
+        Ok("64") => 64,
+        _ => MAX_ROWS,
+    })
+}
+
 /// What the kernel takes: [`takes_quantized`] without its limit on rows.
 fn fits_quantized(x: &Array, scales: &Array, group_size: i32, bits: i32) -> bool {
     let rows: i32 = x.shape()[..x.ndim().saturating_sub(1)].iter().product();
@@ -200,7 +215,33 @@ pub fn quantized_matmul_with(
     bits: i32,
     ends: Ends,
 ) -> Result<Array, Exception> {
-    dense(x, w, scales, biases, group_size, bits, ends, &[])
+    dense(
+        x,
+        w,
+        scales,
+        biases,
+        group_size,
+        bits,
+        ends,
+        &[],
+        prefill_tile(),
+    )
+}
+
+/// [`quantized_matmul_with`] in prefill tiles of `tile` rows (32 or 64)
+/// whatever [`PREFILL_TILE_ENV`] says: `flashbar smoke` checks both.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn quantized_matmul_tiled(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    biases: &Array,
+    group_size: i32,
+    bits: i32,
+    ends: Ends,
+    tile: i32,
+) -> Result<Array, Exception> {
+    dense(x, w, scales, biases, group_size, bits, ends, &[], tile)
 }
 
 /// The most parts [`quantized_matmul_parts`] splits a product into.
@@ -221,6 +262,30 @@ pub fn quantized_matmul_parts(
     bits: i32,
     widths: &[i32],
 ) -> Result<Vec<Array>, Exception> {
+    quantized_matmul_parts_tiled(
+        x,
+        w,
+        scales,
+        biases,
+        group_size,
+        bits,
+        widths,
+        prefill_tile(),
+    )
+}
+
+/// [`quantized_matmul_parts`] in prefill tiles of `tile` rows (32 or 64).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn quantized_matmul_parts_tiled(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    biases: &Array,
+    group_size: i32,
+    bits: i32,
+    widths: &[i32],
+    tile: i32,
+) -> Result<Vec<Array>, Exception> {
     let n = w.shape()[0];
     if !(2..=MAX_PARTS).contains(&widths.len())
         || widths.iter().any(|&width| width < 1)
@@ -239,6 +304,7 @@ pub fn quantized_matmul_parts(
         bits,
         Ends::default(),
         widths,
+        tile,
     )?;
     let lead = &x.shape()[..x.ndim() - 1];
     let m: i32 = lead.iter().product();
@@ -257,6 +323,8 @@ pub fn quantized_matmul_parts(
 
 /// One launch of the dense kernel: with `parts` (the maps' widths, or none)
 /// the output is flat, part after part; else shaped as `x` with `n` columns.
+/// Past [`MAX_ROWS`] rows a block takes a tile of `tile` rows (32, or 64
+/// where a block has at most four column tiles).
 #[allow(clippy::too_many_arguments)]
 fn dense(
     x: &Array,
@@ -267,6 +335,7 @@ fn dense(
     bits: i32,
     ends: Ends,
     parts: &[i32],
+    tile: i32,
 ) -> Result<Array, Exception> {
     if !fits_quantized(x, scales, group_size, bits) {
         return Err(Exception::custom(format!(
@@ -308,6 +377,14 @@ fn dense(
     }
     let (tiles, warps) = launch_override(n, k, bits).unwrap_or_else(|| qmm_launch(n, k, bits));
     let blocks = (n + 8 * tiles - 1) / (8 * tiles);
+    // 16-row tiles a block: 1 or 2 for a decode step's or a block's rows, 4
+    // for a prefill's 64-row tiles.
+    let (row_tiles, tile_rows) = match m {
+        ..=16 => (1, MAX_ROWS),
+        17..=MAX_ROWS => (2, MAX_ROWS),
+        _ if tile == 64 && tiles <= 4 => (4, 64),
+        _ => (2, MAX_ROWS),
+    };
     // The body reads x as [B, T, K]: the models' own shape goes in as it is
     // (a reshape is a graph node, host time in a step the host bounds).
     let x3 = match x.ndim() {
@@ -323,7 +400,7 @@ fn dense(
         ("BITS", bits),
         ("HALF", i32::from(x.dtype() == Dtype::Float16)),
         ("NT", tiles),
-        ("MT", if m <= 16 { 1 } else { 2 }),
+        ("MT", row_tiles),
         ("GLU", i32::from(ends.glu)),
         ("RES", i32::from(ends.residual.is_some())),
         ("GATHER", 0),
@@ -344,8 +421,8 @@ fn dense(
         output_names: &["y"],
         inputs: &[&x3, w, scales, biases, residual, &x3],
         outputs: &[(y_shape, x.dtype())],
-        // Past 32 rows, a block per 32-row tile as well (the body's second axis).
-        grid: [blocks * 32 * warps, (m + MAX_ROWS - 1) / MAX_ROWS, 1],
+        // Past 32 rows, a block per tile of rows as well (the body's second axis).
+        grid: [blocks * 32 * warps, (m + tile_rows - 1) / tile_rows, 1],
         group: [32 * warps, 1, 1],
         template: &template,
     })?)

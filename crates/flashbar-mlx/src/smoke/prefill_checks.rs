@@ -1,19 +1,23 @@
 //! `flashbar smoke`'s check of the quantized matmul for a prefill's many
 //! rows (docs/gpu.md, "A prefill's products in the kernel"): a call of
-//! more than 32 rows runs a block per 32-row tile, and each of its rows must
-//! be the bits of a 1-row call, for the plain product, its fused ends and
-//! its parts apart; and the same bits when run again.
+//! more than 32 rows runs a block per tile of 32 rows (or 64,
+//! `FLASHBAR_PREFILL_TILE`), and each of its rows must be the bits of a
+//! 1-row call, for the plain product, its fused ends and its parts apart,
+//! with either tile; and the same bits when run again.
 
 use super::row_invariant_checks::{item, rows_differing, seeded_weight, values};
 use super::CheckResult;
-use crate::row_invariant::{quantized_matmul, quantized_matmul_parts, quantized_matmul_with, Ends};
+use crate::row_invariant::{
+    quantized_matmul, quantized_matmul_parts_tiled, quantized_matmul_tiled, quantized_matmul_with,
+    Ends,
+};
 use mlx_rs::error::Exception;
 use mlx_rs::ops::concatenate;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Dtype};
 
-/// Rows of the long calls: ten tiles (a band of eight and a band of two),
-/// the last one part full.
+/// Rows of the long calls: ten tiles of 32 (a band of eight and a band of
+/// two) or five of 64 (one band), the last one part full.
 const ROWS: i32 = 300;
 
 /// Rows of 300-row calls that differ from 1-row calls, and elements of a
@@ -52,23 +56,33 @@ pub(crate) fn qmm_prefill() -> Result<CheckResult, Exception> {
             }
             false => quantized_matmul(&x.index(rows), &wq, &scales, &biases, group, bits),
         };
-        let long = call(0..ROWS)?;
-        differing += rows_differing(&long, &ones(&call)?, 0)?;
-        differing += item(
-            &long
-                .ne(&call(0..ROWS)?)?
-                .as_dtype(Dtype::Float32)?
-                .sum(None)?,
-        )?;
-        if !ends {
-            // Parts apart: each part's rows as the whole product's columns.
-            let widths = [n / 2, n / 4, n / 4];
-            let parts = quantized_matmul_parts(&x, &wq, &scales, &biases, group, bits, &widths)?;
-            let mut start = 0;
-            for (part, width) in parts.iter().zip(widths) {
-                let same = long.index((.., start..start + width));
-                differing += item(&part.ne(&same)?.as_dtype(Dtype::Float32)?.sum(None)?)?;
-                start += width;
+        let single = ones(&call)?;
+        for tile in [32, 64] {
+            let tiled = || {
+                let ends = match ends {
+                    true => Ends {
+                        glu: true,
+                        residual: Some(&residual),
+                    },
+                    false => Ends::default(),
+                };
+                quantized_matmul_tiled(&x, &wq, &scales, &biases, group, bits, ends, tile)
+            };
+            let long = tiled()?;
+            differing += rows_differing(&long, &single, 0)?;
+            differing += item(&long.ne(&tiled()?)?.as_dtype(Dtype::Float32)?.sum(None)?)?;
+            if !ends {
+                // Parts apart: each part's rows as the whole product's columns.
+                let widths = [n / 2, n / 4, n / 4];
+                let parts = quantized_matmul_parts_tiled(
+                    &x, &wq, &scales, &biases, group, bits, &widths, tile,
+                )?;
+                let mut start = 0;
+                for (part, width) in parts.iter().zip(widths) {
+                    let same = long.index((.., start..start + width));
+                    differing += item(&part.ne(&same)?.as_dtype(Dtype::Float32)?.sum(None)?)?;
+                    start += width;
+                }
             }
         }
     }
