@@ -215,7 +215,7 @@ pub fn quantized_matmul_with(
     bits: i32,
     ends: Ends,
 ) -> Result<Array, Exception> {
-    dense(
+    quantized_matmul_tiled(
         x,
         w,
         scales,
@@ -226,22 +226,6 @@ pub fn quantized_matmul_with(
         &[],
         prefill_tile(),
     )
-}
-
-/// [`quantized_matmul_with`] in prefill tiles of `tile` rows (32 or 64)
-/// whatever [`PREFILL_TILE_ENV`] says: `flashbar smoke` checks both.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn quantized_matmul_tiled(
-    x: &Array,
-    w: &Array,
-    scales: &Array,
-    biases: &Array,
-    group_size: i32,
-    bits: i32,
-    ends: Ends,
-    tile: i32,
-) -> Result<Array, Exception> {
-    dense(x, w, scales, biases, group_size, bits, ends, &[], tile)
 }
 
 /// The most parts [`quantized_matmul_parts`] splits a product into.
@@ -295,7 +279,7 @@ pub(crate) fn quantized_matmul_parts_tiled(
             "qmm kernel: parts {widths:?} do not split a weight of {n} rows"
         )));
     }
-    let flat = dense(
+    let flat = quantized_matmul_tiled(
         x,
         w,
         scales,
@@ -324,9 +308,10 @@ pub(crate) fn quantized_matmul_parts_tiled(
 /// One launch of the dense kernel: with `parts` (the maps' widths, or none)
 /// the output is flat, part after part; else shaped as `x` with `n` columns.
 /// Past [`MAX_ROWS`] rows a block takes a tile of `tile` rows (32, or 64
-/// where a block has at most four column tiles).
+/// where a block has at most four column tiles); `flashbar smoke` calls it
+/// with each tile whatever [`PREFILL_TILE_ENV`] says.
 #[allow(clippy::too_many_arguments)]
-fn dense(
+pub(crate) fn quantized_matmul_tiled(
     x: &Array,
     w: &Array,
     scales: &Array,

@@ -66,7 +66,7 @@ pub(crate) fn qmm_prefill() -> Result<CheckResult, Exception> {
                     },
                     false => Ends::default(),
                 };
-                quantized_matmul_tiled(&x, &wq, &scales, &biases, group, bits, ends, tile)
+                quantized_matmul_tiled(&x, &wq, &scales, &biases, group, bits, ends, &[], tile)
             };
             let long = tiled()?;
             differing += rows_differing(&long, &single, 0)?;
