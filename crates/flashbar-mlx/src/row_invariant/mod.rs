@@ -38,7 +38,7 @@ pub use qmm::{
     takes_quantized, unpair_glu_columns, Ends, GLU_PAIR, LAUNCH_ENV, MAX_PARTS, PREFILL_ROWS_ENV,
     PREFILL_TILE_ENV, WIDE,
 };
-pub(crate) use qmm::{quantized_matmul_parts_tiled, quantized_matmul_tiled};
+pub(crate) use qmm::{parts_apart, quantized_matmul_tiled};
 
 static ATTN: Body = Body::new(
     "attn_rows",

@@ -246,30 +246,6 @@ pub fn quantized_matmul_parts(
     bits: i32,
     widths: &[i32],
 ) -> Result<Vec<Array>, Exception> {
-    quantized_matmul_parts_tiled(
-        x,
-        w,
-        scales,
-        biases,
-        group_size,
-        bits,
-        widths,
-        prefill_tile(),
-    )
-}
-
-/// [`quantized_matmul_parts`] in prefill tiles of `tile` rows (32 or 64).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn quantized_matmul_parts_tiled(
-    x: &Array,
-    w: &Array,
-    scales: &Array,
-    biases: &Array,
-    group_size: i32,
-    bits: i32,
-    widths: &[i32],
-    tile: i32,
-) -> Result<Vec<Array>, Exception> {
     let n = w.shape()[0];
     if !(2..=MAX_PARTS).contains(&widths.len())
         || widths.iter().any(|&width| width < 1)
@@ -288,9 +264,18 @@ pub(crate) fn quantized_matmul_parts_tiled(
         bits,
         Ends::default(),
         widths,
-        tile,
+        prefill_tile(),
     )?;
-    let lead = &x.shape()[..x.ndim() - 1];
+    parts_apart(&flat, &x.shape()[..x.ndim() - 1], widths)
+}
+
+/// The parts of a flat product of rows `lead` (the kernel's output with
+/// parts): each part's `[lead.., width]` array, contiguous.
+pub(crate) fn parts_apart(
+    flat: &Array,
+    lead: &[i32],
+    widths: &[i32],
+) -> Result<Vec<Array>, Exception> {
     let m: i32 = lead.iter().product();
     let mut start = 0;
     widths

@@ -8,8 +8,7 @@
 use super::row_invariant_checks::{item, rows_differing, seeded_weight, values};
 use super::CheckResult;
 use crate::row_invariant::{
-    quantized_matmul, quantized_matmul_parts_tiled, quantized_matmul_tiled, quantized_matmul_with,
-    Ends,
+    parts_apart, quantized_matmul, quantized_matmul_tiled, quantized_matmul_with, Ends,
 };
 use mlx_rs::error::Exception;
 use mlx_rs::ops::concatenate;
@@ -74,9 +73,18 @@ pub(crate) fn qmm_prefill() -> Result<CheckResult, Exception> {
             if !ends {
                 // Parts apart: each part's rows as the whole product's columns.
                 let widths = [n / 2, n / 4, n / 4];
-                let parts = quantized_matmul_parts_tiled(
-                    &x, &wq, &scales, &biases, group, bits, &widths, tile,
+                let flat = quantized_matmul_tiled(
+                    &x,
+                    &wq,
+                    &scales,
+                    &biases,
+                    group,
+                    bits,
+                    Ends::default(),
+                    &widths,
+                    tile,
                 )?;
+                let parts = parts_apart(&flat, &[ROWS], &widths)?;
                 let mut start = 0;
                 for (part, width) in parts.iter().zip(widths) {
                     let same = long.index((.., start..start + width));
