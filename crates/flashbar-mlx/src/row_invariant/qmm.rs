@@ -27,7 +27,7 @@ pub fn takes_quantized(x: &Array, scales: &Array, group_size: i32, bits: i32) ->
 /// did not always give the same bits twice, so the 9B's DFlash round at
 /// 8,192 tokens was lossless in 1 run of 4 (docs/gpu.md, "A prefill's
 /// products in the kernel"). `0` hands them back to MLX, for benchmarks:
-/// MLX's is 20-27% faster at the 9B's shapes.
+/// ours take 22-27% longer at the 9B's shapes.
 pub const PREFILL_ROWS_ENV: &str = "FLASHBAR_PREFILL_QMM";
 
 fn prefill_rows() -> bool {
