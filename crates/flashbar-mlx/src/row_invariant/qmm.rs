@@ -50,6 +50,17 @@ fn prefill_tile() -> i32 {
     })
 }
 
+/// `1` has each block of a decode step's or a verified block's product
+/// (and of the experts') first ask the L2 for its columns' weights (the
+/// body's `PF`): a cache hint, every value the same. Not yet timed on a
+/// GPU, so opt-in (docs/gpu.md, "Weights asked for ahead").
+pub const PREFETCH_ENV: &str = "FLASHBAR_QMM_PREFETCH";
+
+fn prefetch() -> i32 {
+    static ON: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| i32::from(std::env::var(PREFETCH_ENV).as_deref() == Ok("1")))
+}
+
 /// What the kernel takes: [`takes_quantized`] without its limit on rows.
 fn fits_quantized(x: &Array, scales: &Array, group_size: i32, bits: i32) -> bool {
     let rows: i32 = x.shape()[..x.ndim().saturating_sub(1)].iter().product();
@@ -377,6 +388,7 @@ pub(crate) fn quantized_matmul_tiled(
         ("P1", part_start(parts, 1)),
         ("P2", part_start(parts, 2)),
         ("P3", part_start(parts, 3)),
+        ("PF", if m <= MAX_ROWS { prefetch() } else { 0 }),
     ];
     // Not gathering: x stands in for the unread pairs too. The output comes
     // in its final shape (flat with parts).
@@ -546,6 +558,7 @@ pub fn gather_quantized_matmul_pairs(
         ("P1", 0),
         ("P2", 0),
         ("P3", 0),
+        ("PF", prefetch()),
     ];
     let out_n = if glu { n / 2 } else { n };
     // No residual: x stands in for it.
