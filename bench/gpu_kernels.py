@@ -88,7 +88,7 @@ def qmm(x, w, scales, biases, bits, gs, tiles=None, warps=None):
     return f(inputs=[x, w, scales, biases, x, x],
              template=[("BITS", bits), ("HALF", int(x.dtype == mx.float16)), ("NT", nt),
                        ("MT", 1 if m <= 16 else 2), ("GLU", 0), ("RES", 0), ("GATHER", 0),
-                       ("P1", 0), ("P2", 0), ("P3", 0), ("PF", PREFETCH)],
+                       ("P1", 0), ("P2", 0), ("P3", 0), ("PF", PREFETCH), ("NEXT", 0)],
                  grid=(blocks * 32 * wp, 1, 1), threadgroup=(32 * wp, 1, 1),
                  output_shapes=[(m, n)], output_dtypes=[x.dtype])[0]
 
@@ -191,7 +191,7 @@ def gathered(x, w, scales, biases, rows, experts, tokens, bits, gs):
     return f(inputs=[x, w, scales, biases, x, pairs],
              template=[("BITS", bits), ("HALF", int(x.dtype == mx.float16)), ("NT", nt),
                        ("MT", 1 if tokens <= 16 else 2), ("GLU", 0), ("RES", 0), ("GATHER", 1),
-                       ("P1", 0), ("P2", 0), ("P3", 0), ("PF", PREFETCH)],
+                       ("P1", 0), ("P2", 0), ("P3", 0), ("PF", PREFETCH), ("NEXT", 0)],
              grid=(-(-n // (8 * nt)) * 32 * wp, w.shape[0], 1), threadgroup=(32 * wp, 1, 1),
              output_shapes=[(rows.size, n)], output_dtypes=[x.dtype])[0]
 

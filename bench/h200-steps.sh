@@ -16,7 +16,8 @@
 # checkpoint alone), hostpart (a step's host part beside the whole, flashbar bench --verify-cost),
 # repeat9 (the 9B's 8,192-token prefill repeated with each default turned off in turn),
 # prefillfix (the prefill's products in our kernel and in MLX's: repeated, timed),
-# prefetch (qmm.cu's L2 prefetch off and on at every layer shape; smoke with it on),
+# prefetch (qmm.cu's L2 prefetches at every layer shape; smoke with them on), prefetch9b
+# (the 9B vs mlx-lm with each prefetch as a column),
 # round8k (the 9B's DFlash round at 8,192 tokens, three times, and once with $ALSO),
 # save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0).
@@ -129,12 +130,18 @@ import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])
       done
       ;;
     prefetch)
-      # qmm.cu's L2 prefetch (FLASHBAR_QMM_PREFETCH=1, docs/gpu.md "Weights asked for ahead"):
-      # every layer shape off and on, chained and dependent, the same bits both ways; then
-      # every smoke check with it on
+      # qmm.cu's L2 prefetches (FLASHBAR_QMM_PREFETCH=1|next|both, docs/gpu.md "Weights asked
+      # for ahead"): every layer shape each way, chained and dependent, the same bits every
+      # way; then every smoke check with both on
       run 300 prefetch-tune python3 bench/qmm_tune.py --prefetch
       grep -c '"same_bits": true' "$OUT/prefetch-tune.txt"; grep '"same_bits": false' "$OUT/prefetch-tune.txt" | head -3
-      run 300 smoke-prefetch env FLASHBAR_QMM_PREFETCH=1 "$bin" smoke
+      run 300 smoke-prefetch env FLASHBAR_QMM_PREFETCH=both "$bin" smoke
+      ;;
+    prefetch9b)
+      # the 9B against mlx-lm at 1,024 tokens, ours with each prefetch as a column
+      run 500 prefetch9b python3 bench/vs_mlx_lm.py --flashbar "$bin" --shape qwen3.5-9b \
+        --prompt-tokens 1024 --exact-prompt --bandwidth 2830 --repeats 2 --max-tokens 64 \
+        --also FLASHBAR_QMM_PREFETCH=1 --also FLASHBAR_QMM_PREFETCH=next --also FLASHBAR_QMM_PREFETCH=both
       ;;
     round8k)
       # the 9B's DFlash round at 8,192 tokens, its lossless line, three times with the

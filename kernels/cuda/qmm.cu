@@ -44,6 +44,9 @@
 // (64 with MT = 4) and column block, each tile as a call of its rows alone
 // (below).
 // PF = 1: a block first asks the L2 for its columns' weights (below).
+// NEXT = 1 (a dense call of at most 32 rows): `pairs` is the packed weight
+// of the product expected next ([N2, K2 * BITS2 / 32] u32), and the blocks
+// ask the L2 for its first NEXT_BYTES between them (below).
 // Run-time: M, K, N, the group size
 // K / groups (32, 64 or 128) and the block's warps (1 .. MAX_WARPS,
 // splitting K; many warps a block keep a small layer's latency low,
@@ -139,6 +142,17 @@ auto ask_columns = [&](size_t first, int c0) {
 // A dense call of more than 32 rows asks nothing: its row tiles share the weights.
 if constexpr (PF && !GATHER) {
   if (gridDim.y == 1 && warp == 0) ask_columns(0, blockIdx.x * (NT * 8));
+}
+// The next product's weight, block b its b-th share of the first NEXT_BYTES:
+// fetched while this call, and the small kernels between the two, run.
+if constexpr (NEXT && !GATHER) {
+  constexpr size_t NEXT_BYTES = (size_t)16 << 20;
+  if (gridDim.y == 1 && warp == 0) {
+    const size_t total = min((size_t)pairs_shape[0] * pairs_shape[1] * 4, NEXT_BYTES);
+    const size_t share = (total / gridDim.x + 15) & ~(size_t)15;
+    const size_t from = min((size_t)blockIdx.x * share, total);
+    ask_l2(reinterpret_cast<const char*>(pairs) + from, min(share, total - from));
+  }
 }
 
 // GATHER: this block's expert's pairs, found by the first warp in order,

@@ -29,14 +29,16 @@ use mlx_rs::{Array, Dtype};
 
 mod head;
 mod moe;
+mod prefetch;
 mod qmm;
 pub use head::{attention_head, head_params, takes_attention_head, HeadShape};
 pub use moe::{moe_combine, moe_route, takes_combine, takes_route, Routes, MAX_EXPERTS, MAX_TOP_K};
+pub use prefetch::{forget_next_weights, PREFETCH_ENV};
 pub use qmm::{
     gather_quantized_matmul, gather_quantized_matmul_pairs, pair_glu_rows, qmm_launch,
     quantized_matmul, quantized_matmul_parts, quantized_matmul_with, takes_gathered, takes_glu,
-    takes_quantized, unpair_glu_columns, Ends, GLU_PAIR, LAUNCH_ENV, MAX_PARTS, PREFETCH_ENV,
-    PREFILL_ROWS_ENV, PREFILL_TILE_ENV, WIDE,
+    takes_quantized, unpair_glu_columns, Ends, GLU_PAIR, LAUNCH_ENV, MAX_PARTS, PREFILL_ROWS_ENV,
+    PREFILL_TILE_ENV, WIDE,
 };
 pub(crate) use qmm::{parts_apart, quantized_matmul_tiled};
 
