@@ -31,7 +31,6 @@ Exit status 1 if any exactness check fails.
 import argparse
 import faulthandler
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -42,8 +41,6 @@ ROOT = Path(__file__).resolve().parent.parent
 QMM = (ROOT / "kernels/cuda/qmm.cu").read_text()
 ATTN = (ROOT / "kernels/cuda/attn_rows.cu").read_text()
 FAILED = []
-# The engine's FLASHBAR_QMM_PREFETCH (qmm.cu's PF: a block asks the L2 for its weights first).
-PREFETCH = int(os.environ.get("FLASHBAR_QMM_PREFETCH") == "1")
 
 
 START = time.perf_counter()
@@ -88,7 +85,7 @@ def qmm(x, w, scales, biases, bits, gs, tiles=None, warps=None):
     return f(inputs=[x, w, scales, biases, x, x],
              template=[("BITS", bits), ("HALF", int(x.dtype == mx.float16)), ("NT", nt),
                        ("MT", 1 if m <= 16 else 2), ("GLU", 0), ("RES", 0), ("GATHER", 0),
-                       ("P1", 0), ("P2", 0), ("P3", 0), ("PF", PREFETCH), ("NEXT", 0)],
+                       ("P1", 0), ("P2", 0), ("P3", 0)],
                  grid=(blocks * 32 * wp, 1, 1), threadgroup=(32 * wp, 1, 1),
                  output_shapes=[(m, n)], output_dtypes=[x.dtype])[0]
 
@@ -191,7 +188,7 @@ def gathered(x, w, scales, biases, rows, experts, tokens, bits, gs):
     return f(inputs=[x, w, scales, biases, x, pairs],
              template=[("BITS", bits), ("HALF", int(x.dtype == mx.float16)), ("NT", nt),
                        ("MT", 1 if tokens <= 16 else 2), ("GLU", 0), ("RES", 0), ("GATHER", 1),
-                       ("P1", 0), ("P2", 0), ("P3", 0), ("PF", PREFETCH), ("NEXT", 0)],
+                       ("P1", 0), ("P2", 0), ("P3", 0)],
              grid=(-(-n // (8 * nt)) * 32 * wp, w.shape[0], 1), threadgroup=(32 * wp, 1, 1),
              output_shapes=[(rows.size, n)], output_dtypes=[x.dtype])[0]
 

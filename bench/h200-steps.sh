@@ -15,9 +15,7 @@
 # steptime (a decode step's kernels timed one by one, 9B and 35B-A3B), ckpt35 (the 35B-A3B
 # checkpoint alone), hostpart (a step's host part beside the whole, flashbar bench --verify-cost),
 # repeat9 (the 9B's 8,192-token prefill repeated with each default turned off in turn),
-# prefillfix (the prefill's products in our kernel and in MLX's: repeated, timed),
-# prefetch (qmm.cu's L2 prefetches at every layer shape; smoke with them on), prefetch9b
-# (the 9B vs mlx-lm with each prefetch as a column),
+# prefillfix (the prefill's products in our kernel and in MLX's: repeated, timed; smoke),
 # round8k (the 9B's DFlash round at 8,192 tokens, three times, and once with $ALSO),
 # save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0).
@@ -118,8 +116,8 @@ import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])
     prefillfix)
       # a prefill's products through our kernel (the default; FLASHBAR_PREFILL_TILE=64: in
       # 64-row tiles) against MLX's (FLASHBAR_PREFILL_QMM=0): MLX's ops alone repeated at the
-      # 9B's shapes, the 9B's 8,192-token prefill repeated and timed each way (then the
-      # smoke step checks both tiles: qmm_prefill_rows_invariant)
+      # 9B's shapes, the 9B's 8,192-token prefill repeated and timed each way, then smoke
+      # (qmm_prefill_rows_invariant, both tiles)
       [ -d "$nine" ] || python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path
 import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])"
       run 90 repeat-ops python3 bench/repeat_ops.py --tokens 8192 --repeats 6
@@ -128,20 +126,7 @@ import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])
         echo "== $setting" | tee -a "$OUT/prefillfix.txt"
         env $setting timeout 60 "$pkg/prefill_repeat" "$nine" 8192 5 2>&1 | tail -10 | tee -a "$OUT/prefillfix.txt"
       done
-      ;;
-    prefetch)
-      # qmm.cu's L2 prefetches (FLASHBAR_QMM_PREFETCH=1|next|both, docs/gpu.md "Weights asked
-      # for ahead"): every layer shape each way, chained and dependent, the same bits every
-      # way; then every smoke check with both on
-      run 300 prefetch-tune python3 bench/qmm_tune.py --prefetch
-      grep -c '"same_bits": true' "$OUT/prefetch-tune.txt"; grep '"same_bits": false' "$OUT/prefetch-tune.txt" | head -3
-      run 300 smoke-prefetch env FLASHBAR_QMM_PREFETCH=both "$bin" smoke
-      ;;
-    prefetch9b)
-      # the 9B against mlx-lm at 1,024 tokens, ours with each prefetch as a column
-      run 500 prefetch9b python3 bench/vs_mlx_lm.py --flashbar "$bin" --shape qwen3.5-9b \
-        --prompt-tokens 1024 --exact-prompt --bandwidth 2830 --repeats 2 --max-tokens 64 \
-        --also FLASHBAR_QMM_PREFETCH=1 --also FLASHBAR_QMM_PREFETCH=next --also FLASHBAR_QMM_PREFETCH=both
+      run 200 smoke "$bin" smoke
       ;;
     round8k)
       # the 9B's DFlash round at 8,192 tokens, its lossless line, three times with the

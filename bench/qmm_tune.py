@@ -8,9 +8,6 @@ of `kernels/cuda/qmm.cu` timed against MLX's `quantized_matmul` at the
 `--old` times another body beside it at the rule's launch and says whether
 its products equal this body's bit for bit (a change meant to keep every
 sum, e.g. `git show HEAD:kernels/cuda/qmm.cu > /tmp/qmm_old.cu`).
-`--prefetch` times only the rule's launch with the body's L2 prefetches
-off and on (qmm.cu's PF and NEXT), chained and dependent, and checks that
-every way gives the same bits (docs/gpu.md, "Weights asked for ahead").
 `--dependent` also times every launch in a chain of dependent calls (each
 waits for the one before, as a model's layers do): the launch that wins
 there is the one a decode step wants.
@@ -34,7 +31,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from gpu_kernels import PREFETCH, launch_qmm
+from gpu_kernels import launch_qmm
 
 ROOT = Path(__file__).resolve().parent.parent
 START = time.perf_counter()
@@ -75,19 +72,17 @@ def body_kernel(name, source):
     return _kernels[name]
 
 
-def qmm(source, name, x, w, scales, biases, bits, nt, warps, pf=PREFETCH, next_w=None):
+def qmm(source, name, x, w, scales, biases, bits, nt, warps):
     m, k = x.shape
     n = w.shape[0]
     # No fused ends (GLU = RES = GATHER = 0): x stands in for the unread residual and pairs.
     template = [("BITS", bits), ("HALF", int(x.dtype == mx.float16)), ("NT", nt), ("MT", 1 if m <= 16 else 2),
-                ("GLU", 0), ("RES", 0), ("GATHER", 0), ("P1", 0), ("P2", 0), ("P3", 0), ("PF", pf), ("NEXT", int(next_w is not None))]
+                ("GLU", 0), ("RES", 0), ("GATHER", 0), ("P1", 0), ("P2", 0), ("P3", 0)]
     blocks = -(-n // (8 * nt))
     # Bodies since 2026-12-06 read a dense call's x as [B, T, K]; earlier ones (--old) as [M, K].
     if "x_shape[GATHER ? 1 : 2]" in source:
         x = x[None]
-    # NEXT: the next call's packed weight stands in the pairs' place.
-    return body_kernel(name, source)(inputs=[x, w, scales, biases, x, x if next_w is None else next_w],
-                                     template=template,
+    return body_kernel(name, source)(inputs=[x, w, scales, biases, x, x], template=template,
                                      grid=(blocks * 32 * warps, 1, 1), threadgroup=(32 * warps, 1, 1),
                                      output_shapes=[(m, n)], output_dtypes=[x.dtype])[0]
 
@@ -126,41 +121,6 @@ def rows_differ(call, x, ms):
     return bad, singles
 
 
-def compare_prefetch(source, model, layer, k, n, bits, copies, nbytes):
-    """The rule's launch with each prefetch at M = 1 and 16: none, its own
-    block's weights (PF), the next call's weight (NEXT: call i asks for
-    copy i + 1's, as a decode step's next product), both. The same bits
-    every way, and their times chained and dependent (a decode step's case)."""
-    nt, warps = launch_qmm(n, k, bits)
-    c = lambda i: copies[i % len(copies)]
-    modes = {"none": (0, False), "own": (1, False), "next": (0, True), "both": (1, True)}
-    rows = []
-    for m in (1, 16):
-        xs = [mx.random.normal((m, k), key=mx.random.key(i)).astype(mx.bfloat16) for i in range(64)]
-        mx.eval(xs)
-
-        def call(mode):
-            pf, ahead = modes[mode]
-            return lambda i, x: qmm(source, f"tune_qmm_{mode}", x, *c(i), bits, nt, warps, pf,
-                                    c(i + 1)[0] if ahead else None)
-        first = call("none")(0, xs[0])
-        same = all(bool(mx.all(call(mode)(0, xs[0]) == first).item()) for mode in modes)
-        t_floor = chained(dependent(lambda i, x: x[:, :1] * 1, xs))
-        row = dict(speed="qmm prefetch", model=model, layer=layer, k=k, n=n, M=m, MB=round(nbytes / 1e6, 2),
-                   launch=f"nt{nt}_w{warps}", same_bits=same, ok=same)
-        for mode in list(modes) * 2:  # each twice, in turn
-            t = chained(lambda: [call(mode)(i, xs[i]) for i in range(64)])
-            dep = chained(dependent(call(mode), xs)) - t_floor
-            row.setdefault(f"{mode}_us", []).append(round(t * 1e6, 2))
-            row.setdefault(f"{mode}_dependent_us", []).append(round(dep * 1e6, 2))
-        base = min(row["none_dependent_us"])
-        for mode in ("own", "next", "both"):
-            row[f"{mode}_vs_none_dependent"] = round(base / max(min(row[f"{mode}_dependent_us"]), 0.01), 2)
-        row["none_GBps_dependent"] = round(nbytes / max(base, 0.01) / 1e3)
-        rows.append(out(**row))
-    return rows
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--old", help="an earlier qmm.cu body to time beside")
@@ -168,8 +128,6 @@ def main():
     parser.add_argument("--bits", type=int, default=4)
     parser.add_argument("--shapes", type=int, default=len(SHAPES), help="the first N shapes only")
     parser.add_argument("--only", type=int, nargs="*", help="these shape indices only")
-    parser.add_argument("--prefetch", action="store_true",
-                        help="only the rule's launch, its L2 prefetches off and on (PF, NEXT)")
     parser.add_argument("--dependent", action="store_true",
                         help="also time chains of dependent calls (latency, as in a decode step)")
     args = parser.parse_args()
@@ -205,9 +163,6 @@ def main():
             copies.append(mx.quantize(w, group_size=gs, bits=bits))
             mx.eval(*copies[-1])
         nbytes = sum(a.nbytes for a in copies[0])
-        if args.prefetch:
-            rows.extend(compare_prefetch(new, model, layer, k, n, bits, copies, nbytes))
-            continue
         # Exactness of every launch on one copy: rows vs 1-row products, and vs MLX.
         x = mx.random.normal((32, k), key=mx.random.key(7 + seed)).astype(mx.bfloat16)
         ref = mx.quantized_matmul(x, *copies[0], transpose=True, group_size=gs, bits=bits).astype(mx.float32)

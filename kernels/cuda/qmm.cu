@@ -43,10 +43,6 @@
 // Dense calls of more than 32 rows (a prefill's) run a block per 32-row tile
 // (64 with MT = 4) and column block, each tile as a call of its rows alone
 // (below).
-// PF = 1: a block first asks the L2 for its columns' weights (below).
-// NEXT = 1 (a dense call of at most 32 rows): `pairs` is the packed weight
-// of the product expected next ([N2, K2 * BITS2 / 32] u32), and the blocks
-// ask the L2 for its first NEXT_BYTES between them (below).
 // Run-time: M, K, N, the group size
 // K / groups (32, 64 or 128) and the block's warps (1 .. MAX_WARPS,
 // splitting K; many warps a block keep a small layer's latency low,
@@ -108,52 +104,6 @@ const int warps = blockDim.x >> 5;
 
 const int lane = threadIdx.x & 31;
 const int warp = threadIdx.x >> 5;
-
-// PF = 1: the block first asks the L2 for its columns' weights, scales and
-// biases, rows n0 .. n0 + NT * 8 of each (one contiguous range each), so
-// that the loads below find them on chip instead of each warp waiting on
-// memory a chunk at a time (docs/gpu.md, "Weights asked for ahead"). A
-// hint: no value changes. Warp 0's lanes take a 32nd of a range each (one
-// bulk prefetch a lane on sm_90, else one a 128-byte line); the range's
-// ends are rounded down to 16 bytes, inside the array. Not inlined: inlined,
-// its address arithmetic cost the product loop registers (130 a thread
-// against 126 for four tiles: one block of 8 warps an SM instead of two).
-auto ask_l2 = [lane](const void* from, size_t bytes) __attribute__((noinline)) {
-  const size_t lo = reinterpret_cast<size_t>(from) & ~(size_t)15;
-  const size_t hi = (reinterpret_cast<size_t>(from) + bytes) & ~(size_t)15;
-  const size_t piece = ((hi - lo) / 32 + 15) & ~(size_t)15;
-  const size_t at = lo + lane * piece;
-  if (at < hi) {
-    const unsigned int size = (unsigned int)min(piece, hi - at);
-#if __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(size));
-#else
-    for (unsigned int o = 0; o < size; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(at + o));
-#endif
-  }
-};
-// Columns c0 .. c0 + NT * 8 of expert (or map) row `first`.
-auto ask_columns = [&](size_t first, int c0) {
-  const int cols = min(NT * 8, N - c0);
-  ask_l2(reinterpret_cast<const unsigned int*>(w) + (first + c0) * KW, (size_t)cols * KW * 4);
-  ask_l2(reinterpret_cast<const unsigned short*>(scales) + (first + c0) * G, (size_t)cols * G * 2);
-  ask_l2(reinterpret_cast<const unsigned short*>(biases) + (first + c0) * G, (size_t)cols * G * 2);
-};
-// A dense call of more than 32 rows asks nothing: its row tiles share the weights.
-if constexpr (PF && !GATHER) {
-  if (gridDim.y == 1 && warp == 0) ask_columns(0, blockIdx.x * (NT * 8));
-}
-// The next product's weight, block b its b-th share of the first NEXT_BYTES:
-// fetched while this call, and the small kernels between the two, run.
-if constexpr (NEXT && !GATHER) {
-  constexpr size_t NEXT_BYTES = (size_t)16 << 20;
-  if (gridDim.y == 1 && warp == 0) {
-    const size_t total = min((size_t)pairs_shape[0] * pairs_shape[1] * 4, NEXT_BYTES);
-    const size_t share = (total / gridDim.x + 15) & ~(size_t)15;
-    const size_t from = min((size_t)blockIdx.x * share, total);
-    ask_l2(reinterpret_cast<const char*>(pairs) + from, min(share, total - from));
-  }
-}
 
 // GATHER: this block's expert's pairs, found by the first warp in order,
 // the 32 from `tile0` on as this pass's tile. Without GATHER one pass.
@@ -223,9 +173,6 @@ if constexpr (GATHER) {
   M = tile_rows;
   if (M == 0) break;
   first_row = (size_t)e * N;
-  if constexpr (PF) {
-    if (tile0 == 0 && warp == 0) ask_columns(first_row, n_block * (NT * 8));
-  }
 } else if (tile0 > 0) {
   break;
 }
@@ -235,7 +182,6 @@ auto y_row = [&](int r) -> size_t { return GATHER ? (size_t)tile_pair[r] : row0 
 const int g = lane >> 2;
 const int t = lane & 3;
 const int n0 = n_block * (NT * 8);
-
 
 const unsigned short* xs = reinterpret_cast<const unsigned short*>(x);
 const unsigned short* ss = reinterpret_cast<const unsigned short*>(scales);

@@ -95,10 +95,8 @@ def compile_ok(lib, source: str) -> str:
 
 def variants():
     qmm = (KERNELS / "qmm.cu").read_text()
-    for bits, half, tiles, row_tiles, glu, res, gather, pf in itertools.product(
-            (4, 8), (0, 1), (1, 2, 4), (1, 2, 4), (0, 1), (0, 1), (0, 1), (0, 1)):
-        if pf and (half or row_tiles != 1):
-            continue  # the L2 prefetch (opt-in): a decode step's bf16 variants
+    for bits, half, tiles, row_tiles, glu, res, gather in itertools.product(
+            (4, 8), (0, 1), (1, 2, 4), (1, 2, 4), (0, 1), (0, 1), (0, 1)):
         if glu and tiles != 4:
             continue  # the GLU end pairs tiles 0-1 with 2-3: four tiles only
         if row_tiles == 4 and gather:
@@ -108,22 +106,11 @@ def variants():
         t = "f16" if half else "bf16"
         # Without GATHER the launcher passes x for the unread pairs.
         pairs = "i32" if gather else t
-        yield (f"qmm bits={bits} half={half} NT={tiles} MT={row_tiles} GLU={glu} RES={res} GATHER={gather}"
-               + (" PF=1" if pf else ""),
+        yield (f"qmm bits={bits} half={half} NT={tiles} MT={row_tiles} GLU={glu} RES={res} GATHER={gather}",
                qmm, [("x", t), ("w", "u32"), ("scales", t), ("biases", t), ("res", t), ("pairs", pairs)],
                [("y", t)],
                [("BITS", bits), ("HALF", half), ("NT", tiles), ("MT", row_tiles), ("GLU", glu),
-                ("RES", res), ("GATHER", gather), ("P1", 0), ("P2", 0), ("P3", 0), ("PF", pf), ("NEXT", 0)])
-    # The next product's weight in `pairs` (NEXT = 1): a decode step's dense bf16 products.
-    for bits, tiles, glu, res, pf in itertools.product((4, 8), (1, 2, 4), (0, 1), (0, 1), (0, 1)):
-        if glu and tiles != 4:
-            continue
-        yield (f"qmm bits={bits} half=0 NT={tiles} MT=1 GLU={glu} RES={res} GATHER=0"
-               + (" PF=1" if pf else "") + " NEXT=1", qmm,
-               [("x", "bf16"), ("w", "u32"), ("scales", "bf16"), ("biases", "bf16"), ("res", "bf16"),
-                ("pairs", "u32")], [("y", "bf16")],
-               [("BITS", bits), ("HALF", 0), ("NT", tiles), ("MT", 1), ("GLU", glu), ("RES", res),
-                ("GATHER", 0), ("P1", 0), ("P2", 0), ("P3", 0), ("PF", pf), ("NEXT", 1)])
+                ("RES", res), ("GATHER", gather), ("P1", 0), ("P2", 0), ("P3", 0)])
     # Split ends (parts apart): the 9B's gated-delta input maps and its attention's q/k/v.
     for bits, parts in itertools.product((4, 8), ((8192, 12288, 12320), (8192, 9216, 0))):
         t = "bf16"
@@ -131,7 +118,7 @@ def variants():
                [("x", t), ("w", "u32"), ("scales", t), ("biases", t), ("res", t), ("pairs", t)],
                [("y", t)],
                [("BITS", bits), ("HALF", 0), ("NT", 4), ("MT", 1), ("GLU", 0), ("RES", 0),
-                ("GATHER", 0), ("P1", parts[0]), ("P2", parts[1]), ("P3", parts[2]), ("PF", 0), ("NEXT", 0)])
+                ("GATHER", 0), ("P1", parts[0]), ("P2", parts[1]), ("P3", parts[2])])
     attn = (KERNELS / "attn_rows.cu").read_text()
     merge = (KERNELS / "attn_merge.cu").read_text()
     # Head dims 32..256 (a lane's share of a key: 1, 2, 4 or 8 elements);
@@ -226,11 +213,8 @@ def test_the_quantized_matmul_keeps_to_its_registers():
     # products' loop costs a decode step more than the variant saves, and
     # the prefill's 64-row tiles (MT = 4) sit near the 255-register limit
     # (docs/gpu.md, "64-row tiles").
-    # The L2 prefetches (PF = 1, NEXT = 1) must leave an SM as many blocks of
-    # 8 warps (the launch rule's) as the variant without them: four tiles at
-    # 126 registers run two, at 130 one (docs/gpu.md, "Weights asked for ahead").
     lib = nvrtc()
-    spills, registers = {}, {}
+    spills = {}
     for label, body, inputs, outputs, template in variants():
         if not label.startswith("qmm"):
             continue
@@ -240,16 +224,7 @@ def test_the_quantized_matmul_keeps_to_its_registers():
         assert stores, (label, log[:2000])
         if int(stores.group(1)):
             spills[label] = stores.group(0)
-        registers[label] = int(re.search(r"Used (\d+) registers", log).group(1))
     assert not spills, spills
-    # Registers are given a warp in steps of 8 a thread; an SM has 65,536.
-    blocks = lambda count: 65536 // (-(-count // 8) * 8 * 32 * 8)
-    plain = lambda label: label.replace(" PF=1", "").replace(" NEXT=1", "")
-    asking = [label for label in registers if label != plain(label)]
-    dearer = {label: (registers[plain(label)], registers[label]) for label in asking
-              if blocks(registers[label]) < blocks(registers[plain(label)])}
-    assert len(asking) >= 48
-    assert not dearer, dearer
 
 
 def test_a_broken_body_is_reported():

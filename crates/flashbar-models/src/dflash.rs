@@ -39,13 +39,6 @@ pub struct Drafter {
     host: Option<HostDraft>,
 }
 
-/// As [`crate::qwen3_5::Model`]: the prefetch's handles to its maps go with it.
-impl Drop for Drafter {
-    fn drop(&mut self) {
-        flashbar_mlx::row_invariant::forget_next_weights();
-    }
-}
-
 pub(crate) struct DraftLayer {
     pub(crate) attention: DraftAttention,
     pub(crate) mlp: Mlp,

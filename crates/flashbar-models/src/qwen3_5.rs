@@ -114,15 +114,6 @@ pub struct Model {
     lm_head: Option<Linear>,
 }
 
-/// The quantized matmul's prefetch learns which map follows which and holds
-/// handles to them (`flashbar_mlx::row_invariant::forget_next_weights`):
-/// they go with the model.
-impl Drop for Model {
-    fn drop(&mut self) {
-        flashbar_mlx::row_invariant::forget_next_weights();
-    }
-}
-
 impl Model {
     /// Loads a checkpoint folder (HF or MLX format), validating every tensor
     /// against the config before any is read.

@@ -2,7 +2,7 @@
 //! with their fused ends, and a MoE's experts gathered by token
 //! (docs/gpu.md, "Row-invariant kernels", "Fused ends", "The experts").
 
-use super::{prefetch, single, MAX_ROWS};
+use super::{single, MAX_ROWS};
 use crate::custom_kernel::{self, Body, Launch};
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
@@ -364,12 +364,6 @@ pub(crate) fn quantized_matmul_tiled(
     // Without a residual the kernel reads none: x stands in for it. A
     // residual is read by row and column, whatever its leading shape.
     let residual = ends.residual.unwrap_or(&x3);
-    // The product expected next, for the L2 (a prefill's products ask nothing).
-    let next = if m <= MAX_ROWS {
-        prefetch::next_after(w)
-    } else {
-        None
-    };
     // The group size and the warps are run-time values of the kernel, read
     // from the scales' shape and the block's size.
     let template = [
@@ -383,10 +377,8 @@ pub(crate) fn quantized_matmul_tiled(
         ("P1", part_start(parts, 1)),
         ("P2", part_start(parts, 2)),
         ("P3", part_start(parts, 3)),
-        ("PF", if m <= MAX_ROWS { prefetch::own() } else { 0 }),
-        ("NEXT", i32::from(next.is_some())),
     ];
-    // Not gathering: the next weight, or x, stands in for the pairs. The output comes
+    // Not gathering: x stands in for the unread pairs too. The output comes
     // in its final shape (flat with parts).
     let y_shape = if parts.is_empty() {
         out_shape
@@ -397,14 +389,7 @@ pub(crate) fn quantized_matmul_tiled(
         body: &QMM,
         input_names: &QMM_INPUTS,
         output_names: &["y"],
-        inputs: &[
-            &x3,
-            w,
-            scales,
-            biases,
-            residual,
-            next.as_ref().unwrap_or(&x3),
-        ],
+        inputs: &[&x3, w, scales, biases, residual, &x3],
         outputs: &[(y_shape, x.dtype())],
         // Past 32 rows, a block per tile of rows as well (the body's second axis).
         grid: [blocks * 32 * warps, (m + tile_rows - 1) / tile_rows, 1],
@@ -561,8 +546,6 @@ pub fn gather_quantized_matmul_pairs(
         ("P1", 0),
         ("P2", 0),
         ("P3", 0),
-        ("PF", prefetch::own()),
-        ("NEXT", 0),
     ];
     let out_n = if glu { n / 2 } else { n };
     // No residual: x stands in for it.
