@@ -114,15 +114,15 @@ import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])
       done
       ;;
     prefillfix)
-      # a prefill's products through our kernel (the default; FLASHBAR_PREFILL_TILE=64: in
-      # 64-row tiles) against MLX's (FLASHBAR_PREFILL_QMM=0): MLX's ops alone repeated at the
-      # 9B's shapes, the 9B's 8,192-token prefill repeated and timed each way, then smoke
-      # (qmm_prefill_rows_invariant, both tiles)
+      # a prefill's products through our kernel (the default, in 64-row tiles;
+      # FLASHBAR_PREFILL_TILE=32: 32-row tiles) against MLX's (FLASHBAR_PREFILL_QMM=0): MLX's
+      # ops alone repeated at the 9B's shapes, the 9B's 8,192-token prefill repeated and timed
+      # each way, then smoke (qmm_prefill_rows_invariant, both tiles)
       [ -d "$nine" ] || python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path
 import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])"
       run 90 repeat-ops python3 bench/repeat_ops.py --tokens 8192 --repeats 6
-      for setting in NONE=1 FLASHBAR_PREFILL_TILE=64 FLASHBAR_PREFILL_QMM=0 NONE=1 \
-          FLASHBAR_PREFILL_TILE=64; do
+      for setting in NONE=1 FLASHBAR_PREFILL_TILE=32 FLASHBAR_PREFILL_QMM=0 NONE=1 \
+          FLASHBAR_PREFILL_TILE=32; do
         echo "== $setting" | tee -a "$OUT/prefillfix.txt"
         env $setting timeout 60 "$pkg/prefill_repeat" "$nine" 8192 5 2>&1 | tail -10 | tee -a "$OUT/prefillfix.txt"
       done

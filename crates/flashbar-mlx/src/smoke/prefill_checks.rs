@@ -1,7 +1,7 @@
 //! `flashbar smoke`'s check of the quantized matmul for a prefill's many
 //! rows (docs/gpu.md, "A prefill's products in the kernel"): a call of
-//! more than 32 rows runs a block per tile of 32 rows (or 64,
-//! `FLASHBAR_PREFILL_TILE`), and each of its rows must be the bits of a
+//! more than 32 rows runs a block per tile of 64 rows (or 32,
+//! `FLASHBAR_PREFILL_TILE=32`), and each of its rows must be the bits of a
 //! 1-row call, for the plain product, its fused ends and its parts apart,
 //! with either tile; and the same bits when run again.
 
