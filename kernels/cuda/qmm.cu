@@ -1,6 +1,6 @@
 // qmm: y = x . dequantize(w)^T for MLX's affine-quantized weights, for the
 // few rows of a decode step (M = 1) or a verified block (M <= 32), and a
-// prefill's many rows 32 at a time, with every
+// prefill's many rows 32 or 64 at a time, with every
 // row summed in the same order whatever M is (docs/gpu.md, "Row-invariant
 // kernels"; its speed: "The quantized matmul").
 //
@@ -15,7 +15,7 @@
 //   const <T>* res          [.., NO] (M rows) added to the output when RES (else unread)
 //   <T>* y                  [.., NO] (M rows, x's leading shape)  NO = N, or N / 2 with GLU
 // Template ints: BITS (4 | 8), HALF, NT (8-column tiles per warp: 1, 2, 4, 8), MT (16-row
-// tiles: M <= 16 or M <= 32; 4, a prefill's 64-row tiles, not with GATHER), and the
+// tiles: M <= 16 or M <= 32; 4, a prefill's 64-row tiles), and the
 // fused ends (docs/gpu.md, "Fused ends"):
 // GLU = 1 (with NT = 4) when the weight is a SwiGLU's gate and up maps with
 // their rows paired, 16 of gate then the same 16 of up in every 32, and y is
@@ -30,7 +30,7 @@
 // biases hold one map per expert ([E, N, ..]), and
 //   const int32_t* pairs    [2, P]   the input row and the expert of each output row
 // (else unread); y is [P, NO]. Block (column block, expert e) takes the pairs
-// routed to e, in order, 32 at a time as the rows of its tile, and returns at
+// routed to e, in order, 32 at a time (64 with MT = 4) as the rows of its tile, and returns at
 // once where there are none: a decode step's or a verified block's expert
 // has at most 32 (a token meets an expert once), so its weights are read once
 // for all its rows; a prefill's expert may have hundreds, one tile after
@@ -91,7 +91,7 @@ constexpr int XV = VALS / 8;            // 16-byte loads of one row of x per chu
 // in two passes), so the same 32 KB hold them.
 constexpr int MT_PASS = MT > 2 ? 2 : MT;
 constexpr int MAX_WARPS = NT == 8 ? (MT_PASS == 2 ? 4 : 8) : NT == 4 ? 8 : 16;
-// Rows a dense block's tile holds past 32 rows (a prefill's).
+// Rows a block's tile holds past 32 rows (a prefill's): a dense call's, an expert's.
 constexpr int TILE_ROWS = MT == 4 ? 64 : 32;
 
 int M = GATHER ? x_shape[0] : x_shape[0] * x_shape[1];
@@ -106,9 +106,9 @@ const int lane = threadIdx.x & 31;
 const int warp = threadIdx.x >> 5;
 
 // GATHER: this block's expert's pairs, found by the first warp in order,
-// the 32 from `tile0` on as this pass's tile. Without GATHER one pass.
+// the TILE_ROWS from `tile0` on as this pass's tile. Without GATHER one pass.
 const int* pr = reinterpret_cast<const int*>(pairs);
-__shared__ int tile_pair[32];
+__shared__ int tile_pair[TILE_ROWS];
 __shared__ int tile_rows;
 size_t first_row = 0;  // the expert's first row of w, scales and biases
 int e = blockIdx.y;     // GATHER: the block's expert
@@ -152,7 +152,7 @@ if constexpr (!GATHER) {
     M = min(M_all - (int)row0, TILE_ROWS);
   }
 }
-for (int tile0 = 0;; tile0 += 32) {
+for (int tile0 = 0;; tile0 += TILE_ROWS) {
 if constexpr (GATHER) {
   const int P = pairs_shape[1];
   // The last pass's stores read tile_pair and its sums `partial`: all done.
@@ -164,10 +164,10 @@ if constexpr (GATHER) {
       const bool mine = p < P && pr[P + p] == e;
       const unsigned int ballot = __ballot_sync(0xFFFFFFFFu, mine);
       const int at = found + __popc(ballot & ((1u << lane) - 1u));
-      if (mine && at >= tile0 && at < tile0 + 32) tile_pair[at - tile0] = p;
+      if (mine && at >= tile0 && at < tile0 + TILE_ROWS) tile_pair[at - tile0] = p;
       found += __popc(ballot);
     }
-    if (lane == 0) tile_rows = min(max(found - tile0, 0), 32);
+    if (lane == 0) tile_rows = min(max(found - tile0, 0), TILE_ROWS);
   }
   __syncthreads();
   M = tile_rows;

@@ -99,8 +99,6 @@ def variants():
             (4, 8), (0, 1), (1, 2, 4), (1, 2, 4), (0, 1), (0, 1), (0, 1)):
         if glu and tiles != 4:
             continue  # the GLU end pairs tiles 0-1 with 2-3: four tiles only
-        if row_tiles == 4 and gather:
-            continue  # 64-row tiles: a dense prefill's only
         if gather and res:
             continue  # the experts take no residual (their GLU end: a MoE block's gate/up)
         t = "f16" if half else "bf16"

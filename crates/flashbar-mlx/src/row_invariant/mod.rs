@@ -35,10 +35,10 @@ pub use moe::{moe_combine, moe_route, takes_combine, takes_route, Routes, MAX_EX
 pub use qmm::{
     gather_quantized_matmul, gather_quantized_matmul_pairs, pair_glu_rows, qmm_launch,
     quantized_matmul, quantized_matmul_parts, quantized_matmul_with, takes_gathered, takes_glu,
-    takes_quantized, unpair_glu_columns, Ends, GLU_PAIR, LAUNCH_ENV, MAX_PARTS, PREFILL_ROWS_ENV,
-    PREFILL_TILE_ENV, WIDE,
+    takes_quantized, unpair_glu_columns, Ends, EXPERT_TILE_ENV, GLU_PAIR, LAUNCH_ENV, MAX_PARTS,
+    PREFILL_ROWS_ENV, PREFILL_TILE_ENV, WIDE,
 };
-pub(crate) use qmm::{parts_apart, quantized_matmul_tiled};
+pub(crate) use qmm::{gather_quantized_matmul_tiled, parts_apart, quantized_matmul_tiled};
 
 static ATTN: Body = Body::new(
     "attn_rows",

@@ -415,7 +415,7 @@ const QMM_INPUTS: [&str; 6] = ["x", "w", "scales", "biases", "res", "pairs"];
 
 /// Whether [`gather_quantized_matmul`] takes `x` (`[rows, K]`) with these
 /// experts' scales (`[E, N, groups]`) for `tokens` tokens: any number, an
-/// expert's pairs taken 32 at a time.
+/// expert's pairs taken 32 (or 64) at a time.
 pub fn takes_gathered(x: &Array, scales: &Array, group_size: i32, bits: i32, tokens: i32) -> bool {
     x.ndim() == 2
         && scales.ndim() == 3
@@ -501,6 +501,51 @@ pub fn gather_quantized_matmul_pairs(
     bits: i32,
     glu: bool,
 ) -> Result<Array, Exception> {
+    gather_quantized_matmul_tiled(
+        x,
+        w,
+        scales,
+        biases,
+        pairs,
+        tokens,
+        group_size,
+        bits,
+        glu,
+        expert_tile(),
+    )
+}
+
+/// `64` has a prefill's experts (more than [`MAX_ROWS`] tokens) take their
+/// rows 64 at a time instead of 32, as a dense prefill's products do by
+/// default: each expert's weights dequantized once for twice the rows,
+/// every row summed as a decode step sums it. Not yet timed on a GPU, so
+/// opt-in (docs/gpu.md, "64-row tiles").
+pub const EXPERT_TILE_ENV: &str = "FLASHBAR_EXPERT_TILE";
+
+fn expert_tile() -> i32 {
+    static TILE: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *TILE.get_or_init(|| match std::env::var(EXPERT_TILE_ENV).as_deref() {
+        Ok("64") => 64,
+        _ => MAX_ROWS,
+    })
+}
+
+/// [`gather_quantized_matmul_pairs`] with past [`MAX_ROWS`] tokens an
+/// expert's rows taken `tile` at a time (32, or 64 where a block has at most
+/// four column tiles); `flashbar smoke` calls it with each tile.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gather_quantized_matmul_tiled(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    biases: &Array,
+    pairs: &Array,
+    tokens: i32,
+    group_size: i32,
+    bits: i32,
+    glu: bool,
+    tile: i32,
+) -> Result<Array, Exception> {
     if !takes_gathered(x, scales, group_size, bits, tokens) {
         return Err(Exception::custom(format!(
             "gathered qmm kernel: unsupported input {:?} {:?} for {tokens} tokens with \
@@ -536,11 +581,20 @@ pub fn gather_quantized_matmul_pairs(
     }
     let (tiles, warps) = launch_override(n, k, bits).unwrap_or_else(|| qmm_launch(n, k, bits));
     let blocks = (n + 8 * tiles - 1) / (8 * tiles);
+    // 16-row tiles a block: an expert meets each token once, so a decode
+    // step's or a block's expert has at most `tokens` rows; a prefill's
+    // experts take theirs `tile` at a time.
+    let row_tiles = match tokens {
+        ..=16 => 1,
+        17..=MAX_ROWS => 2,
+        _ if tile == 64 && tiles <= 4 => 4,
+        _ => 2,
+    };
     let template = [
         ("BITS", bits),
         ("HALF", i32::from(x.dtype() == Dtype::Float16)),
         ("NT", tiles),
-        ("MT", if tokens <= 16 { 1 } else { 2 }),
+        ("MT", row_tiles),
         ("GLU", i32::from(glu)),
         ("RES", 0),
         ("GATHER", 1),

@@ -3,14 +3,14 @@
 //! experts' paired gate/up product with its GLU end, their down product and
 //! the weighted sum onto the residual, for 1-32 tokens against 1-token
 //! calls (bit for bit), for a prefill's block whose experts each meet more
-//! than 32 tokens (one tile after another), and against MLX's ops over the
-//! same weights.
+//! than 32 tokens (one tile after another, of 32 rows and of 64), and
+//! against MLX's ops over the same weights.
 
 use super::row_invariant_checks::{
     largest_relative, rows_and_reference, rows_differing, values, ROWS,
 };
 use super::CheckResult;
-use crate::row_invariant::{gather_quantized_matmul_pairs, moe_combine, moe_route, pair_glu_rows};
+use crate::row_invariant::{gather_quantized_matmul_tiled, moe_combine, moe_route, pair_glu_rows};
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{argpartition_axis, concatenate, gather_qmm, quantize, sigmoid, softmax_axis};
@@ -22,9 +22,9 @@ const HIDDEN: i32 = 256;
 /// An expert's hidden width: its gate and up paired make 512 rows, the
 /// narrowest the GLU end takes (four tiles a block).
 const INNER: i32 = 256;
-/// Enough tokens that every expert meets 40 of them: a prefill's block,
-/// more than one 32-row tile an expert.
-const TOKENS: i32 = 640;
+/// Enough tokens that every expert meets 80 of them: a prefill's block,
+/// more than one tile an expert, of 32 rows or of 64.
+const TOKENS: i32 = 1280;
 
 pub(crate) fn moe_block() -> Result<Vec<CheckResult>, Exception> {
     let (dtype, bits, group) = (Dtype::Bfloat16, 4, 64);
@@ -56,10 +56,11 @@ pub(crate) fn moe_block() -> Result<Vec<CheckResult>, Exception> {
     let shared = values(504, &[TOKENS, HIDDEN], dtype)?;
     let residual = values(505, &[TOKENS, HIDDEN], dtype)?;
 
-    let block = |tokens: std::ops::Range<i32>| -> Result<Array, Exception> {
+    // A prefill's experts take their rows `tile` at a time.
+    let block = |tokens: std::ops::Range<i32>, tile: i32| -> Result<Array, Exception> {
         let count = tokens.len() as i32;
         let routes = moe_route(&logits.index(tokens.clone()), EXPERTS, TOP, true)?;
-        let hidden = gather_quantized_matmul_pairs(
+        let hidden = gather_quantized_matmul_tiled(
             &x.index(tokens.clone()),
             &pq,
             &ps,
@@ -69,8 +70,9 @@ pub(crate) fn moe_block() -> Result<Vec<CheckResult>, Exception> {
             group,
             bits,
             true,
+            tile,
         )?;
-        let down = gather_quantized_matmul_pairs(
+        let down = gather_quantized_matmul_tiled(
             &hidden,
             &dq,
             &ds,
@@ -80,6 +82,7 @@ pub(crate) fn moe_block() -> Result<Vec<CheckResult>, Exception> {
             group,
             bits,
             false,
+            tile,
         )?;
         moe_combine(
             &down,
@@ -91,14 +94,17 @@ pub(crate) fn moe_block() -> Result<Vec<CheckResult>, Exception> {
         )
     };
     let singles = (0..TOKENS)
-        .map(|t| block(t..t + 1))
+        .map(|t| block(t..t + 1, 32))
         .collect::<Result<Vec<_>, _>>()?;
     let singles = concatenate(&singles, 0)?;
     let mut differing = 0.0;
     for m in ROWS {
-        differing += rows_differing(&block(0..m)?, &singles.index(..m), 0)?;
+        differing += rows_differing(&block(0..m, 32)?, &singles.index(..m), 0)?;
     }
-    let long = rows_differing(&block(0..TOKENS)?, &singles, 0)?;
+    let mut long = 0.0;
+    for tile in [32, 64] {
+        long += rows_differing(&block(0..TOKENS, tile)?, &singles, 0)?;
+    }
 
     // The ops path of the same block (nn/moe.rs), the maps apart.
     let probs = softmax_axis(logits.index((.., ..EXPERTS)), -1, true)?;
