@@ -11,14 +11,16 @@
 # and $ALSO in turn, twice), peak (a prefill's peak memory stepwise), accept (the embedded pair:
 # lossless, forced and auto; accept-also: the same with $ALSO; gatelog: the same with the
 # gate's shadow probes logged), repeat35 (a prefill three times: where it first differs, ours, by MLX's ops, mlx-lm's), vs35 and counts35 (the 35B-A3B shape: vs mlx-lm with $ALSO,
-# kernels a step with $ALSO; round35: its DFlash round and lossless check), smoke,
+# kernels a step with $ALSO; round35: its DFlash round and lossless check; sequence35: its
+# round's kernels and a step's in order, each timed, with the first $ALSO), smoke,
 # steptime (a decode step's kernels timed one by one, 9B and 35B-A3B), ckpt35 (the 35B-A3B
 # checkpoint alone), hostpart (a step's host part beside the whole, flashbar bench --verify-cost),
 # repeat9 (the 9B's 8,192-token prefill repeated with each default turned off in turn),
 # prefillfix (the prefill's products in our kernel and in MLX's: repeated, timed; smoke),
 # round8k (the 9B's DFlash round at 8,192 tokens, three times, and once with $ALSO),
 # save (kernel caches).
-# ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0).
+# ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0); several
+# columns separated by ';' (vs9b, vs35 and round35 run each, the other steps the first).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 pkg=/tmp/flashbar-h200/pkg
@@ -26,7 +28,10 @@ bin=$pkg/flashbar
 export PYTHONPATH=$pkg PYTHONUNBUFFERED=1 MLX_CUDA_GRAPH_CACHE_SIZE=4000
 export MLX_PTX_CACHE_DIR=/tmp/fb/mlx-ptx FLASHBAR_NVRTC_CACHE=/tmp/fb/nvrtc CUDA_CACHE_PATH=/tmp/fb/cuda-jit
 nine=target/bench/qwen3.5-9b-4bit
-also=${ALSO:-FLASHBAR_SPLIT_PARTS=0}
+IFS=';' read -ra also_specs <<< "${ALSO:-FLASHBAR_SPLIT_PARTS=0}"
+also=${also_specs[0]}
+also_args=()
+for spec in "${also_specs[@]}"; do also_args+=(--also "$spec"); done
 restore() { # NAME DIR
   [ -d "$2" ] && return
   mkdir -p "$2"
@@ -56,7 +61,7 @@ for step in "$@"; do
       ;;
     vs9b)
       run 300 vs9b python3 bench/vs_mlx_lm.py --flashbar "$bin" --shape qwen3.5-9b \
-        --prompt-tokens 1024 --exact-prompt --bandwidth 2830 --also "$also"
+        --prompt-tokens 1024 --exact-prompt --bandwidth 2830 "${also_args[@]}"
       ;;
     round)
       run 200 round python3 bench/dflash_round.py --flashbar "$bin" --dir "$nine" --no-reference
@@ -166,13 +171,25 @@ p.exists() or v.write_checkpoint(p, v.SHAPES['qwen3.6-35b-a3b'])"
       ;;
     vs35)
       run 400 vs35 python3 bench/vs_mlx_lm.py --flashbar "$bin" --shape qwen3.6-35b-a3b \
-        --prompt-tokens 1024 --exact-prompt --bandwidth 2830 --repeats 2 --max-tokens 64 --also "$also"
+        --prompt-tokens 1024 --exact-prompt --bandwidth 2830 --repeats 2 --max-tokens 64 "${also_args[@]}"
       ;;
     round35)
       # the 35B-A3B's DFlash round, with its lossless check, ours and with $ALSO
       run 300 round35 python3 bench/dflash_round.py --flashbar "$bin" --shape qwen3.6-35b-a3b --no-reference --contexts 1024
-      run 200 round35-also env ${also//,/ } python3 bench/dflash_round.py --flashbar "$bin" \
-        --shape qwen3.6-35b-a3b --no-reference --contexts 1024
+      for i in "${!also_specs[@]}"; do
+        spec=${also_specs[$i]}
+        run 200 "round35-also$i" env ${spec//,/ } python3 bench/dflash_round.py --flashbar "$bin" \
+          --shape qwen3.6-35b-a3b --no-reference --contexts 1024
+      done
+      ;;
+    sequence35)
+      # the 35B-A3B's DFlash round's kernels in order, each timed alone (after round35,
+      # which writes its drafter), then a decode step's (docs/gpu.md, "Left to do")
+      run 300 sequence35 env ${also//,/ } python3 bench/launch_counts.py --flashbar "$bin" \
+        --model target/bench/qwen3.6-35b-a3b-4bit \
+        --dflash target/bench/qwen3.6-35b-a3b-4bit-drafter5 --sequence
+      run 200 steptime35 env ${also//,/ } python3 bench/launch_counts.py --flashbar "$bin" \
+        --model target/bench/qwen3.6-35b-a3b-4bit --sequence
       ;;
     counts35)
       run 200 counts35 python3 bench/launch_counts.py --flashbar "$bin" \

@@ -8,18 +8,21 @@
 // whatever the number of rows.
 //
 // A kernel BODY for MLX's fast::cuda_kernel (kernels/README.md). Parameters:
-//   const <T>* down     [T * K, H]  pair p = t * K + j's expert output
+//   const <T>* down     [T * KP, H] pair p = t * KP + j's expert output
 //   const <T>* scores   [T, K]      moe_route.cu's weights
-//   const <T>* shared   [T, H]      the shared expert's output
+//   const <T>* shared   [T, H]      the shared expert's output (unread with SHARED = 1)
 //   const <T>* gate     [T, S]      column GCOL: the shared expert's gate logit
 //   const <T>* res      [T, H]      the residual stream (read with RES = 1)
 //   (plus down's and gate's shapes, added by MLX because the body names them)
 //   <T>* y              [T, H]
-// Template ints: K (experts a token), GCOL, RES, HALF (0 bf16, 1 f16).
+// Template ints: K (experts a token), GCOL, RES, HALF (0 bf16, 1 f16),
+// SHARED: 1 where the shared expert ran among the experts (moe_route.cu's
+// SHARED), so that KP = K + 1 and each token's last pair is its output.
 // One thread an output.
 
+constexpr int KP = SHARED ? K + 1 : K;
 const int H = down_shape[1];
-const int T = down_shape[0] / K;
+const int T = down_shape[0] / KP;
 const int S = gate_shape[1];
 const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
 if (idx >= (size_t)T * H) return;
@@ -50,8 +53,8 @@ const unsigned short* rs = reinterpret_cast<const unsigned short*>(res);
 float routed = 0.0f;
 #pragma unroll
 for (int j = 0; j < K; ++j) {
-  const size_t pair = (size_t)t * K + j;
-  routed = __fadd_rn(routed, r(__fmul_rn(to_float(dn[pair * H + h]), to_float(sc[pair]))));
+  const size_t pair = (size_t)t * KP + j;
+  routed = __fadd_rn(routed, r(__fmul_rn(to_float(dn[pair * H + h]), to_float(sc[(size_t)t * K + j]))));
 }
 routed = r(routed);
 // sigmoid as MLX's op rounds it: 1 / (1 + e^|g|), mirrored for g >= 0.
@@ -59,6 +62,7 @@ const float g = to_float(gt[(size_t)t * S + GCOL]);
 const float e = r(expf(fabsf(g)));
 const float s0 = r(__fdiv_rn(1.0f, r(__fadd_rn(1.0f, e))));
 const float sig = g < 0.0f ? s0 : r(__fsub_rn(1.0f, s0));
-float v = r(__fadd_rn(routed, r(__fmul_rn(to_float(sh[idx]), sig))));
+const float own = to_float(SHARED ? dn[((size_t)t * KP + K) * H + h] : sh[idx]);
+float v = r(__fadd_rn(routed, r(__fmul_rn(own, sig))));
 if constexpr (RES) v = r(__fadd_rn(to_float(rs[idx]), v));
 reinterpret_cast<unsigned short*>(y)[idx] = from_float(v);

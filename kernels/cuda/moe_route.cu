@@ -10,13 +10,16 @@
 //                                 experts' logits (S > E where a stacked
 //                                 product's other maps follow them)
 //   (plus logits' shape, added by MLX because the body names it)
-//   int32_t* pairs_in     [2, T * K]  pair p = t * K + j: (t, its j-th expert),
-//                                     for the experts' gate/up product of row t
-//   int32_t* pairs_out    [2, T * K]  (p, the same expert), for the down product
-//                                     of pair p's own row
-//   <T>* scores           [T, K]      the j-th expert's weight
+//   int32_t* pairs_in     [2, T * KP]  pair p = t * KP + j: (t, its j-th expert),
+//                                      for the experts' gate/up product of row t
+//   int32_t* pairs_out    [2, T * KP]  (p, the same expert), for the down product
+//                                      of pair p's own row
+//   <T>* scores           [T, K]       the j-th expert's weight
 // Template ints: E (experts, a multiple of 32, at most 1024), K (experts a
-// token, 1 .. 32), NORM, HALF. T and S are run-time.
+// token, 1 .. 32), NORM, HALF, SHARED. T and S are run-time. KP = K, or with
+// SHARED = 1 (K < 32) K + 1: each token's last pair is then (t, E), the
+// shared expert stacked after the routed ones as expert E (docs/gpu.md,
+// "The shared expert among the experts"); it has no score.
 //
 // One warp a token; lane l holds the logits of experts l, l + 32, ... The
 // softmax is taken in f32 as MLX's precise softmax takes it (the largest
@@ -111,15 +114,17 @@ if constexpr (NORM) {
 int* in = reinterpret_cast<int*>(pairs_in);
 int* out = reinterpret_cast<int*>(pairs_out);
 unsigned short* sc = reinterpret_cast<unsigned short*>(scores);
-const int P = T * K;
+constexpr int KP = SHARED ? K + 1 : K;
+const int P = T * KP;
 #pragma unroll
-for (int j = 0; j < K; ++j) {
+for (int j = 0; j < KP; ++j) {
   if (lane == j) {
-    const int pair = t * K + j;
+    const int pair = t * KP + j;
+    const int expert = j < K ? chosen[j] : E;
     in[pair] = t;
-    in[P + pair] = chosen[j];
+    in[P + pair] = expert;
     out[pair] = pair;
-    out[P + pair] = chosen[j];
-    sc[pair] = from_float(NORM ? __fdiv_rn(weight[j], divisor) : weight[j]);
+    out[P + pair] = expert;
+    if (j < K) sc[t * K + j] = from_float(NORM ? __fdiv_rn(weight[j], divisor) : weight[j]);
   }
 }

@@ -154,16 +154,18 @@ def variants():
     route = (KERNELS / "moe_route.cu").read_text()
     combine = (KERNELS / "moe_combine.cu").read_text()
     # The 35B-A3B's 256 experts, 8 a token; the fixtures' 8, 2; a 512-expert, 10-a-token shape.
-    for (experts, k), norm, half in itertools.product(((256, 8), (32, 2), (512, 10)), (0, 1), (0, 1)):
+    # SHARED: the shared expert among the experts (docs/gpu.md, "The shared expert among the experts").
+    for (experts, k), norm, half, shared in itertools.product(((256, 8), (32, 2), (512, 10)), (0, 1),
+                                                              (0, 1), (0, 1)):
         t = "f16" if half else "bf16"
-        yield (f"moe_route E={experts} K={k} NORM={norm} HALF={half}", route, [("logits", t)],
-               [("pairs_in", "i32"), ("pairs_out", "i32"), ("scores", t)],
-               [("E", experts), ("K", k), ("NORM", norm), ("HALF", half)])
-    for k, res, half in itertools.product((2, 8, 10), (0, 1), (0, 1)):
+        yield (f"moe_route E={experts} K={k} NORM={norm} HALF={half} SHARED={shared}", route,
+               [("logits", t)], [("pairs_in", "i32"), ("pairs_out", "i32"), ("scores", t)],
+               [("E", experts), ("K", k), ("NORM", norm), ("HALF", half), ("SHARED", shared)])
+    for k, res, half, shared in itertools.product((2, 8, 10), (0, 1), (0, 1), (0, 1)):
         t = "f16" if half else "bf16"
-        yield (f"moe_combine K={k} RES={res} HALF={half}", combine,
+        yield (f"moe_combine K={k} RES={res} HALF={half} SHARED={shared}", combine,
                [(n, t) for n in ("down", "scores", "shared", "gate", "res")], [("y", t)],
-               [("K", k), ("GCOL", 256), ("RES", res), ("HALF", half)])
+               [("K", k), ("GCOL", 256), ("RES", res), ("HALF", half), ("SHARED", shared)])
     conv = (KERNELS / "conv_rows.cu").read_text()
     for dt in (0, 1, 2):
         t = ("f32", "bf16", "f16")[dt]

@@ -180,22 +180,40 @@ mod tests {
             Vec<(&'static str, Dtype)>,
             Vec<(&'static str, i32)>,
         );
-        let moe: Vec<Case> = vec![
-            (
-                "moe_route.cu",
-                vec![("logits", a(bf, 2))],
-                vec![("pairs_in", i), ("pairs_out", i), ("scores", bf)],
-                vec![("E", 256), ("K", 8), ("NORM", 1), ("HALF", 0)],
-            ),
-            (
-                "moe_combine.cu",
-                ["down", "scores", "shared", "gate", "res"]
-                    .map(|n| (n, a(bf, 2)))
-                    .to_vec(),
-                vec![("y", bf)],
-                vec![("K", 8), ("GCOL", 256), ("RES", 1), ("HALF", 0)],
-            ),
-        ];
+        // With the shared expert apart and among the experts.
+        let moe: Vec<Case> = [0, 1]
+            .into_iter()
+            .flat_map(|shared| {
+                [
+                    (
+                        "moe_route.cu",
+                        vec![("logits", a(bf, 2))],
+                        vec![("pairs_in", i), ("pairs_out", i), ("scores", bf)],
+                        vec![
+                            ("E", 256),
+                            ("K", 8),
+                            ("NORM", 1),
+                            ("HALF", 0),
+                            ("SHARED", shared),
+                        ],
+                    ),
+                    (
+                        "moe_combine.cu",
+                        ["down", "scores", "shared", "gate", "res"]
+                            .map(|n| (n, a(bf, 2)))
+                            .to_vec(),
+                        vec![("y", bf)],
+                        vec![
+                            ("K", 8),
+                            ("GCOL", 256),
+                            ("RES", 1),
+                            ("HALF", 0),
+                            ("SHARED", shared),
+                        ],
+                    ),
+                ]
+            })
+            .collect();
         let qmm = |bits, half, nt, glu, res, gather| -> Case {
             let t = if half == 1 { h } else { bf };
             (

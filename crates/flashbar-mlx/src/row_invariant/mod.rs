@@ -31,7 +31,9 @@ mod head;
 mod moe;
 mod qmm;
 pub use head::{attention_head, head_params, takes_attention_head, HeadShape};
-pub use moe::{moe_combine, moe_route, takes_combine, takes_route, Routes, MAX_EXPERTS, MAX_TOP_K};
+pub use moe::{
+    moe_combine, moe_route, takes_combine, takes_route, Routes, Shared, MAX_EXPERTS, MAX_TOP_K,
+};
 pub use qmm::{
     gather_quantized_matmul, gather_quantized_matmul_pairs, pair_glu_rows, qmm_launch,
     quantized_matmul, quantized_matmul_parts, quantized_matmul_with, takes_gathered, takes_glu,

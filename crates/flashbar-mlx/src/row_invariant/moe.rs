@@ -25,12 +25,14 @@ static COMBINE: Body = Body::new(
 pub const MAX_EXPERTS: i32 = 1024;
 pub const MAX_TOP_K: i32 = 32;
 
-/// What [`moe_route`] chose: pair `p = t * k + j` is token t's j-th expert.
+/// What [`moe_route`] chose: pair `p = t * kp + j` is token t's j-th expert,
+/// where `kp` is k, or k + 1 with the shared expert among the experts (each
+/// token's last pair: expert E, after the E routed ones).
 pub struct Routes {
-    /// `[2, T * k]` int32: (t, expert) of each pair, for the experts'
+    /// `[2, T * kp]` int32: (t, expert) of each pair, for the experts'
     /// gate/up product of the token's row.
     pub token_pairs: Array,
-    /// `[2, T * k]` int32: (p, expert), for the down product of the pair's
+    /// `[2, T * kp]` int32: (p, expert), for the down product of the pair's
     /// own row.
     pub pair_pairs: Array,
     /// `[T, k]`, the activations' type: each pair's weight.
@@ -56,14 +58,18 @@ pub fn takes_route(logits: &Array, experts: i32, k: i32) -> bool {
 /// The router of a MoE block for each token: a precise softmax over the
 /// first `experts` logits of its row, rounded to their type, the `k`
 /// largest (the lower expert first among equals), divided by their sum
-/// when `normalize`. Check [`takes_route`] first.
+/// when `normalize`. With `shared`, each token's pairs end with one more,
+/// for the shared expert stacked after the routed ones as expert `experts`
+/// (docs/gpu.md, "The shared expert among the experts"). Check
+/// [`takes_route`] first.
 pub fn moe_route(
     logits: &Array,
     experts: i32,
     k: i32,
     normalize: bool,
+    shared: bool,
 ) -> Result<Routes, Exception> {
-    if !takes_route(logits, experts, k) {
+    if !takes_route(logits, experts, k) || (shared && k >= MAX_TOP_K) {
         return Err(Exception::custom(format!(
             "MoE route kernel: unsupported logits {:?} {:?} for {k} of {experts} experts",
             logits.shape(),
@@ -71,7 +77,7 @@ pub fn moe_route(
         )));
     }
     let tokens = logits.shape()[0];
-    let pairs = tokens * k;
+    let pairs = tokens * (k + i32::from(shared));
     let mut outputs = custom_kernel::launch(&Launch {
         body: &ROUTE,
         input_names: &["logits"],
@@ -89,6 +95,7 @@ pub fn moe_route(
             ("K", k),
             ("NORM", i32::from(normalize)),
             ("HALF", i32::from(logits.dtype() == Dtype::Float16)),
+            ("SHARED", i32::from(shared)),
         ],
     })?
     .into_iter();
@@ -102,73 +109,95 @@ pub fn moe_route(
     }
 }
 
-/// Whether [`moe_combine`] takes these arrays: `down` `[T * k, H]`,
-/// `scores` `[T, k]`, `shared` `[T, H]`, `gate` `[T, S]` with
-/// `gate_column < S`, one type.
+/// Where a MoE block's shared expert output is, for [`moe_combine`].
+#[derive(Clone, Copy)]
+pub enum Shared<'a> {
+    /// `[T, H]`, computed apart.
+    Apart(&'a Array),
+    /// Each token's last row of `down` (the shared expert ran among the
+    /// experts: [`moe_route`] with `shared`).
+    InDown,
+}
+
+/// Whether [`moe_combine`] takes these arrays: `down` `[T * kp, H]` (kp = k,
+/// or k + 1 with the shared expert in it), `scores` `[T, k]`, the shared
+/// output `[T, H]` where apart, `gate` `[T, S]` with `gate_column < S`, one
+/// type.
 pub fn takes_combine(
     down: &Array,
     scores: &Array,
-    shared: &Array,
+    shared: Shared,
     gate: &Array,
     gate_column: i32,
 ) -> bool {
-    let (d, s, h, g) = (down.shape(), scores.shape(), shared.shape(), gate.shape());
+    let (d, s, g) = (down.shape(), scores.shape(), gate.shape());
+    if d.len() != 2 || s.len() != 2 || g.len() != 2 {
+        return false;
+    }
     let dtype = down.dtype();
-    d.len() == 2
-        && s.len() == 2
-        && h.len() == 2
-        && g.len() == 2
-        && s[0] == h[0]
-        && g[0] == h[0]
-        && d[0] == s[0] * s[1]
-        && d[1] == h[1]
+    let (rows_a_token, shared_fits) = match shared {
+        Shared::Apart(h) => (s[1], h.shape() == [s[0], d[1]] && h.dtype() == dtype),
+        Shared::InDown => (s[1] + 1, true),
+    };
+    shared_fits
+        && g[0] == s[0]
+        && d[0] == s[0] * rows_a_token
         && (0..g[1]).contains(&gate_column)
-        && (1..=MAX_TOP_K).contains(&s[1])
+        && (1..=MAX_TOP_K).contains(&rows_a_token)
         && matches!(dtype, Dtype::Bfloat16 | Dtype::Float16)
-        && [scores, shared, gate].iter().all(|a| a.dtype() == dtype)
+        && [scores, gate].iter().all(|a| a.dtype() == dtype)
 }
 
-/// The MoE block's output for each token t: `sum_j down[t k + j] *
-/// scores[t, j]` plus `shared[t] * sigmoid(gate[t, gate_column])`, added
-/// onto `residual` when given (`[T, H]`), each step rounded as MLX's ops
-/// round it. Check [`takes_combine`] first.
+/// The MoE block's output for each token t: `sum_j down[t kp + j] *
+/// scores[t, j]` plus the shared expert's output times `sigmoid(gate[t,
+/// gate_column])`, added onto `residual` when given (`[T, H]`), each step
+/// rounded as MLX's ops round it. Check [`takes_combine`] first.
 pub fn moe_combine(
     down: &Array,
     scores: &Array,
-    shared: &Array,
+    shared: Shared,
     gate: &Array,
     gate_column: i32,
     residual: Option<&Array>,
 ) -> Result<Array, Exception> {
+    let (tokens, width) = (scores.shape()[0], down.shape()[1]);
     if !takes_combine(down, scores, shared, gate, gate_column)
-        || residual.is_some_and(|r| r.shape() != shared.shape() || r.dtype() != shared.dtype())
+        || residual.is_some_and(|r| r.shape() != [tokens, width] || r.dtype() != down.dtype())
     {
         return Err(Exception::custom(format!(
             "MoE combine kernel: unsupported down {:?}, scores {:?}, shared {:?}, gate {:?} \
              (column {gate_column}), residual {:?}",
             down.shape(),
             scores.shape(),
-            shared.shape(),
+            match shared {
+                Shared::Apart(h) => Some(h.shape().to_vec()),
+                Shared::InDown => None,
+            },
             gate.shape(),
             residual.map(|r| r.shape().to_vec())
         )));
     }
-    let (tokens, width) = (shared.shape()[0], shared.shape()[1]);
-    // Without a residual the kernel reads none: `shared` stands in for it.
-    let res = residual.unwrap_or(shared);
+    // Inputs the kernel does not read (no residual; the shared output in
+    // `down`): `down` stands in for them.
+    let own = match shared {
+        Shared::Apart(h) => h,
+        Shared::InDown => down,
+    };
+    let res = residual.unwrap_or(down);
     single(custom_kernel::launch(&Launch {
         body: &COMBINE,
         input_names: &["down", "scores", "shared", "gate", "res"],
         output_names: &["y"],
-        inputs: &[down, scores, shared, gate, res],
-        outputs: &[(vec![tokens, width], shared.dtype())],
+        inputs: &[down, scores, own, gate, res],
+        outputs: &[(vec![tokens, width], down.dtype())],
         grid: [tokens * width, 1, 1],
         group: [256, 1, 1],
         template: &[
             ("K", scores.shape()[1]),
             ("GCOL", gate_column),
             ("RES", i32::from(residual.is_some())),
-            ("HALF", i32::from(shared.dtype() == Dtype::Float16)),
+            ("HALF", i32::from(down.dtype() == Dtype::Float16)),
+            ("SHARED", i32::from(matches!(shared, Shared::InDown))),
         ],
     })?)
 }

@@ -3,14 +3,18 @@
 //! experts' paired gate/up product with its GLU end, their down product and
 //! the weighted sum onto the residual, for 1-32 tokens against 1-token
 //! calls (bit for bit), for a prefill's block whose experts each meet more
-//! than 32 tokens (one tile after another, of 32 rows and of 64), and
+//! than 32 tokens (one tile after another, of 32 rows and of 64), with the
+//! shared expert among the experts against it apart (bit for bit), and
 //! against MLX's ops over the same weights.
 
 use super::row_invariant_checks::{
     largest_relative, rows_and_reference, rows_differing, values, ROWS,
 };
 use super::CheckResult;
-use crate::row_invariant::{gather_quantized_matmul_tiled, moe_combine, moe_route, pair_glu_rows};
+use crate::row_invariant::{
+    gather_quantized_matmul_tiled, moe_combine, moe_route, pair_glu_rows, quantized_matmul,
+    quantized_matmul_with, Ends, Shared,
+};
 use mlx_rs::error::Exception;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{argpartition_axis, concatenate, gather_qmm, quantize, sigmoid, softmax_axis};
@@ -59,7 +63,7 @@ pub(crate) fn moe_block() -> Result<Vec<CheckResult>, Exception> {
     // A prefill's experts take their rows `tile` at a time.
     let block = |tokens: std::ops::Range<i32>, tile: i32| -> Result<Array, Exception> {
         let count = tokens.len() as i32;
-        let routes = moe_route(&logits.index(tokens.clone()), EXPERTS, TOP, true)?;
+        let routes = moe_route(&logits.index(tokens.clone()), EXPERTS, TOP, true, false)?;
         let hidden = gather_quantized_matmul_tiled(
             &x.index(tokens.clone()),
             &pq,
@@ -87,7 +91,7 @@ pub(crate) fn moe_block() -> Result<Vec<CheckResult>, Exception> {
         moe_combine(
             &down,
             &routes.scores,
-            &shared.index(tokens.clone()),
+            Shared::Apart(&shared.index(tokens.clone())),
             &logits.index(tokens.clone()),
             EXPERTS,
             Some(&residual.index(tokens)),
@@ -142,5 +146,121 @@ pub(crate) fn moe_block() -> Result<Vec<CheckResult>, Exception> {
         cross_device_tolerance: f64::INFINITY,
         output: Vec::new(),
     };
-    Ok(vec![rows, long, reference])
+    let folded = CheckResult {
+        name: "moe_block_shared_in_experts",
+        max_error: shared_in_experts(&logits, &x, &residual, (&pq, &ps, &pb), (&dq, &ds, &db))?,
+        tolerance: 0.0,
+        cross_device_tolerance: f64::INFINITY,
+        output: Vec::new(),
+    };
+    Ok(vec![rows, long, reference, folded])
+}
+
+/// Rows that differ between the block with a real shared expert run apart
+/// (its two products of their own, as a prefill runs it) for one token at a
+/// time, and the block with the shared expert stacked after the experts as
+/// expert E and run among them (`moe_route`'s `shared`; docs/gpu.md, "The
+/// shared expert among the experts") for 1-32 tokens: the same instructions
+/// sum every output, so none may differ.
+fn shared_in_experts(
+    logits: &Array,
+    x: &Array,
+    residual: &Array,
+    glu: (&Array, &Array, &Array),
+    down: (&Array, &Array, &Array),
+) -> Result<f64, Exception> {
+    let (dtype, bits, group) = (Dtype::Bfloat16, 4, 64);
+    let weight = |seed, shape: &[i32]| -> Result<(Array, Array, Array), Exception> {
+        let w = values(seed, shape, Dtype::Float32)?.multiply(Array::from_f32(0.05))?;
+        quantize(&w.as_dtype(dtype)?, group, bits)
+    };
+    let (gq, gs, gb) = weight(506, &[INNER, HIDDEN])?;
+    let (uq, us, ub) = weight(507, &[INNER, HIDDEN])?;
+    let own_glu = [
+        pair_glu_rows(&gq, &uq)?,
+        pair_glu_rows(&gs, &us)?,
+        pair_glu_rows(&gb, &ub)?,
+    ];
+    let (sq, ss, sb) = weight(508, &[HIDDEN, INNER])?;
+    let own_down = [sq, ss, sb];
+    // The experts' maps with the shared expert's after them.
+    let after = |experts: [&Array; 3], own: &[Array; 3]| -> Result<Vec<Array>, Exception> {
+        experts
+            .iter()
+            .zip(own)
+            .map(|(e, o)| concatenate(&[(*e).clone(), o.expand_dims(0)?], 0))
+            .collect()
+    };
+    let all_glu = after([glu.0, glu.1, glu.2], &own_glu)?;
+    let all_down = after([down.0, down.1, down.2], &own_down)?;
+
+    let block = |tokens: std::ops::Range<i32>, fold: bool| -> Result<Array, Exception> {
+        let count = tokens.len() as i32;
+        let x = x.index(tokens.clone());
+        let routes = moe_route(&logits.index(tokens.clone()), EXPERTS, TOP, true, fold)?;
+        let (g, d) = match fold {
+            true => (&all_glu[..], &all_down[..]),
+            false => (
+                &[glu.0.clone(), glu.1.clone(), glu.2.clone()][..],
+                &[down.0.clone(), down.1.clone(), down.2.clone()][..],
+            ),
+        };
+        let hidden = gather_quantized_matmul_tiled(
+            &x,
+            &g[0],
+            &g[1],
+            &g[2],
+            &routes.token_pairs,
+            count,
+            group,
+            bits,
+            true,
+            32,
+        )?;
+        let down = gather_quantized_matmul_tiled(
+            &hidden,
+            &d[0],
+            &d[1],
+            &d[2],
+            &routes.pair_pairs,
+            count,
+            group,
+            bits,
+            false,
+            32,
+        )?;
+        // Apart: the shared expert's products as the dense layers run them.
+        let apart = match fold {
+            true => None,
+            false => {
+                let ends = Ends {
+                    glu: true,
+                    residual: None,
+                };
+                let rows = x.expand_dims(0)?;
+                let [w, s, b] = &own_glu;
+                let inner = quantized_matmul_with(&rows, w, s, b, group, bits, ends)?;
+                let [w, s, b] = &own_down;
+                Some(quantized_matmul(&inner, w, s, b, group, bits)?.squeeze_axes(&[0])?)
+            }
+        };
+        moe_combine(
+            &down,
+            &routes.scores,
+            apart.as_ref().map_or(Shared::InDown, Shared::Apart),
+            &logits.index(tokens.clone()),
+            EXPERTS,
+            Some(&residual.index(tokens)),
+        )
+    };
+    let most = ROWS.iter().copied().max().unwrap_or(1);
+    let singles = (0..most)
+        .map(|t| block(t..t + 1, false))
+        .collect::<Result<Vec<_>, _>>()?;
+    let singles = concatenate(&singles, 0)?;
+    let mut differing = 0.0;
+    for m in ROWS {
+        differing += rows_differing(&block(0..m, true)?, &singles.index(..m), 0)?;
+    }
+    Ok(differing)
 }

@@ -1,7 +1,7 @@
 //! The SwiGLU feed-forward block: `down(silu(gate(x)) * up(x))`.
 
 use crate::error::Result;
-use crate::nn::linear::{Fused, Linear, Onto, Weights};
+use crate::nn::linear::{Fused, Linear, Onto, Packed, Weights};
 use crate::nn::{fused, host};
 use mlx_rs::Array;
 
@@ -51,6 +51,13 @@ impl Mlp {
     #[cfg(test)]
     pub(crate) fn is_stacked(&self) -> bool {
         self.gate_up.is_stacked()
+    }
+
+    /// The packed weights of the row-invariant kernels' two products: gate
+    /// and up with their rows paired, and down. None where the block is not
+    /// run so.
+    pub(crate) fn packed_glu_and_down(&self) -> Option<(&Packed, &Packed)> {
+        Some((self.gate_up.glu_packed()?, self.down_proj.packed()?))
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array> {

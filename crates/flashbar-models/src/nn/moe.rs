@@ -14,7 +14,7 @@ use crate::config::TextConfig;
 use crate::error::Result;
 use crate::nn::linear::{row_qmm, ExpertsGlu, Fused, Linear, Onto, SwitchLinear, Weights};
 use crate::nn::mlp::Mlp;
-use flashbar_mlx::row_invariant;
+use flashbar_mlx::row_invariant::{self, Shared};
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{argpartition_axis, sigmoid, softmax_axis};
 use mlx_rs::Array;
@@ -45,11 +45,26 @@ fn prefill_kernels() -> bool {
 /// prompt goes in slices (each token still computed alone).
 const PREFILL_SLICE: i32 = 1024;
 
+/// `1` stacks a MoE block's shared expert after its routed experts at load
+/// (one more expert in the gathered products' weights), so that a decode
+/// step or a verified block runs it inside the experts' two products
+/// instead of two of its own: five kernels a block, not seven (docs/gpu.md,
+/// "The shared expert among the experts"). Each output is the same sum by
+/// the same instructions either way. Opt-in until it is timed on a GPU.
+pub const SHARED_IN_EXPERTS_ENV: &str = "FLASHBAR_MOE_SHARED_IN_EXPERTS";
+
+fn shared_in_experts() -> bool {
+    std::env::var(SHARED_IN_EXPERTS_ENV).as_deref() == Ok("1")
+}
+
 pub struct SparseMoe {
     router: Router,
     experts: ExpertsGlu,
     down_proj: SwitchLinear,
     shared_expert: Mlp,
+    /// The shared expert is also expert `num_experts` of `experts` and
+    /// `down_proj` ([`SHARED_IN_EXPERTS_ENV`]).
+    shared_in_experts: bool,
     num_experts: i32,
     top_k: i32,
     norm_topk_prob: bool,
@@ -95,18 +110,27 @@ impl SparseMoe {
                 shared_gate: Linear::load(weights, &shared_gate)?,
             },
         };
+        let mut experts = ExpertsGlu::load(
+            weights,
+            &format!("{path}.switch_mlp.gate_proj"),
+            &format!("{path}.switch_mlp.up_proj"),
+            kernels,
+        )?;
+        let mut down_proj = SwitchLinear::load(weights, &format!("{path}.switch_mlp.down_proj"))?;
+        let shared_expert = Mlp::load(weights, &format!("{path}.shared_expert"))?;
+        let top_k = config.num_experts_per_tok as i32;
+        let shared_in_experts = kernels
+            && shared_in_experts()
+            && top_k < row_invariant::MAX_TOP_K
+            && append_shared(&mut experts, &mut down_proj, &shared_expert)?;
         Ok(SparseMoe {
             router,
-            experts: ExpertsGlu::load(
-                weights,
-                &format!("{path}.switch_mlp.gate_proj"),
-                &format!("{path}.switch_mlp.up_proj"),
-                kernels,
-            )?,
-            down_proj: SwitchLinear::load(weights, &format!("{path}.switch_mlp.down_proj"))?,
-            shared_expert: Mlp::load(weights, &format!("{path}.shared_expert"))?,
+            experts,
+            down_proj,
+            shared_expert,
+            shared_in_experts,
             num_experts: config.num_experts as i32,
-            top_k: config.num_experts_per_tok as i32,
+            top_k,
             norm_topk_prob: config.norm_topk_prob,
         })
     }
@@ -192,8 +216,13 @@ impl SparseMoe {
         if !row_invariant::takes_route(&logits, self.num_experts, self.top_k) {
             return Ok(None);
         }
-        let routes =
-            row_invariant::moe_route(&logits, self.num_experts, self.top_k, self.norm_topk_prob)?;
+        let routes = row_invariant::moe_route(
+            &logits,
+            self.num_experts,
+            self.top_k,
+            self.norm_topk_prob,
+            false,
+        )?;
         let mut lead = shape[..shape.len() - 1].to_vec();
         lead.push(self.top_k);
         let experts = routes.token_pairs.index(1).reshape(&lead)?;
@@ -228,8 +257,17 @@ impl SparseMoe {
         if !row_invariant::takes_route(&logits, self.num_experts, self.top_k) {
             return Ok(None);
         }
-        let routes =
-            row_invariant::moe_route(&logits, self.num_experts, self.top_k, self.norm_topk_prob)?;
+        // The shared expert among the experts for a decode step or a
+        // verified block; a prefill's many rows would make its one block a
+        // column the slowest by far, so there it runs apart (the same sums).
+        let fold = self.shared_in_experts && tokens <= row_invariant::MAX_ROWS;
+        let routes = row_invariant::moe_route(
+            &logits,
+            self.num_experts,
+            self.top_k,
+            self.norm_topk_prob,
+            fold,
+        )?;
         let Some(hidden) = gate_up.forward_pairs(&x2, &routes.token_pairs, tokens, true)? else {
             return Ok(None);
         };
@@ -239,15 +277,19 @@ impl SparseMoe {
         else {
             return Ok(None);
         };
-        let shared = self.shared_expert.forward(&x2)?;
-        if !row_invariant::takes_combine(&down, &routes.scores, &shared, &gate, gate_column) {
+        let apart = match fold {
+            true => None,
+            false => Some(self.shared_expert.forward(&x2)?),
+        };
+        let shared = apart.as_ref().map_or(Shared::InDown, Shared::Apart);
+        if !row_invariant::takes_combine(&down, &routes.scores, shared, &gate, gate_column) {
             return Ok(None);
         }
         let residual = residual.map(|r| r.reshape(&[tokens, width])).transpose()?;
         let y = row_invariant::moe_combine(
             &down,
             &routes.scores,
-            &shared,
+            shared,
             &gate,
             gate_column,
             residual.as_ref(),
@@ -258,4 +300,18 @@ impl SparseMoe {
             None => Onto::Apart(y),
         }))
     }
+}
+
+/// Stacks the shared expert's two maps after the routed experts' (gate and
+/// up paired alike, then down) where all four are packed alike; false, with
+/// nothing changed, elsewhere. The shared expert keeps its own maps for a
+/// prefill (1.5 MB a block at the 35B-A3B's shape).
+fn append_shared(experts: &mut ExpertsGlu, down: &mut SwitchLinear, shared: &Mlp) -> Result<bool> {
+    let Some((glu, shared_down)) = shared.packed_glu_and_down() else {
+        return Ok(false);
+    };
+    if !down.fits_expert(shared_down) || !experts.append_expert(glu)? {
+        return Ok(false);
+    }
+    down.append_expert(shared_down)
 }

@@ -5,7 +5,7 @@ use super::{fuse_ends, LinearWeight, Packed, Weights};
 use crate::error::Result;
 use crate::nn::fused;
 use flashbar_mlx::row_invariant;
-use mlx_rs::ops::{gather_mm, gather_qmm};
+use mlx_rs::ops::{concatenate, gather_mm, gather_qmm};
 use mlx_rs::Array;
 
 /// One linear map per expert, `[experts, out, in]`, applied by index.
@@ -20,6 +20,42 @@ impl SwitchLinear {
         Ok(SwitchLinear {
             weight: LinearWeight::load(weights, path, false)?,
         })
+    }
+
+    /// Stacks `extra` (one map `[out, in]` in this map's packed format)
+    /// after the experts, as expert E (docs/gpu.md, "The shared expert
+    /// among the experts"); the experts' arrays are replaced, so memory
+    /// grows by `extra` alone. False, and nothing changed, where the
+    /// formats differ.
+    pub(crate) fn append_expert(&mut self, extra: &Packed) -> Result<bool> {
+        let LinearWeight::Quantized(q) = &self.weight else {
+            return Ok(false);
+        };
+        if !self.fits_expert(extra) {
+            return Ok(false);
+        }
+        let appended = Packed::rebuilt(q, |of| {
+            Ok(concatenate(&[of(q).clone(), of(extra).expand_dims(0)?], 0)?)
+        })?;
+        self.weight = LinearWeight::Quantized(appended);
+        Ok(true)
+    }
+
+    /// Whether `extra` is one more expert's map in this map's packed format.
+    pub(crate) fn fits_expert(&self, extra: &Packed) -> bool {
+        let LinearWeight::Quantized(q) = &self.weight else {
+            return false;
+        };
+        q.bits == extra.bits
+            && q.group_size == extra.group_size
+            && q.row_kernel == extra.row_kernel
+            && [
+                (&q.weight, &extra.weight),
+                (&q.scales, &extra.scales),
+                (&q.biases, &extra.biases),
+            ]
+            .iter()
+            .all(|(a, b)| a.ndim() == 3 && a.shape()[1..] == *b.shape() && a.dtype() == b.dtype())
     }
 
     /// `x`: `[..., 1, in]` rows, `indices`: the expert of each row.
@@ -174,6 +210,15 @@ impl ExpertsGlu {
         Ok(ExpertsGlu::Apart { gate, up })
     }
 
+    /// [`SwitchLinear::append_expert`] for a paired map (`extra`: gate and
+    /// up paired the same way); false where the maps are apart.
+    pub(crate) fn append_expert(&mut self, extra: &Packed) -> Result<bool> {
+        match self {
+            ExpertsGlu::Paired(both) => both.append_expert(extra),
+            ExpertsGlu::Apart { .. } => Ok(false),
+        }
+    }
+
     /// `silu(gate) * up` of each row `x` `[..., 1, in]` with its experts
     /// `indices`, by the ops (a paired map's product split by views).
     pub fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
@@ -193,6 +238,7 @@ impl ExpertsGlu {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mlx_rs::ops::indexing::IndexOp;
 
     fn packed(seed: i32, experts: i32, out: i32, inputs: i32) -> Packed {
         let n = experts * out * inputs;
@@ -211,6 +257,69 @@ mod tests {
             bits: 4,
             row_kernel: false,
         }
+    }
+
+    /// The shared expert stacked after the experts (docs/gpu.md, "The
+    /// shared expert among the experts") is expert E, and the experts
+    /// before it give what they gave; a map of another format is refused,
+    /// with nothing changed.
+    #[test]
+    fn an_appended_expert_is_the_last_and_changes_no_other() {
+        mlx_rs::Device::set_default(&mlx_rs::Device::cpu());
+        let switch = |q| SwitchLinear {
+            weight: LinearWeight::Quantized(q),
+        };
+        let mut experts = switch(packed(3, 4, 32, 128));
+        let extra = packed(4, 1, 32, 128);
+        let one = |of: &Array| of.index(0);
+        let extra = Packed {
+            weight: one(&extra.weight),
+            scales: one(&extra.scales),
+            biases: one(&extra.biases),
+            ..extra
+        };
+        let x: Vec<f32> = (0..2 * 128)
+            .map(|i| ((i % 29) as f32 - 14.0) / 15.0)
+            .collect();
+        let x = Array::from_slice(&x, &[1, 2, 1, 1, 128])
+            .as_dtype(mlx_rs::Dtype::Bfloat16)
+            .unwrap();
+        let routed = Array::from_slice(&[0u32, 3, 1, 2], &[1, 2, 2]);
+        let before = experts.forward(&x, &routed).unwrap();
+
+        let wider = packed(5, 1, 32, 64);
+        let wider = Packed {
+            weight: one(&wider.weight),
+            scales: one(&wider.scales),
+            biases: one(&wider.biases),
+            ..wider
+        };
+        assert!(!experts.append_expert(&wider).unwrap());
+        assert!(experts.append_expert(&extra).unwrap());
+        let LinearWeight::Quantized(q) = &experts.weight else {
+            panic!("the experts stay packed");
+        };
+        assert_eq!(q.weight.shape()[0], 5);
+        assert!(q.scales.index(4).eq_values(&extra.scales).unwrap());
+        assert!(experts
+            .forward(&x, &routed)
+            .unwrap()
+            .eq_values(&before)
+            .unwrap());
+        // Expert 4 is the appended map.
+        let last = Array::from_slice(&[4u32, 4], &[1, 2, 1]);
+        let alone_first = Array::from_slice(&[0u32, 0], &[1, 2, 1]);
+        let alone = switch(Packed {
+            weight: extra.weight.expand_dims(0).unwrap(),
+            scales: extra.scales.expand_dims(0).unwrap(),
+            biases: extra.biases.expand_dims(0).unwrap(),
+            ..extra
+        });
+        assert!(experts
+            .forward(&x, &last)
+            .unwrap()
+            .eq_values(alone.forward(&x, &alone_first).unwrap())
+            .unwrap());
     }
 
     /// A prefill runs paired experts (the GPU's layout) by the ops: the

@@ -442,6 +442,14 @@ impl Linear {
         })
     }
 
+    /// The packed weight, where the map is one and has no bias.
+    pub(crate) fn packed(&self) -> Option<&Packed> {
+        match (&self.weight, &self.bias) {
+            (LinearWeight::Quantized(q), None) => Some(q),
+            _ => None,
+        }
+    }
+
     /// [`Self::forward`] onto the residual stream `residual`: added in the
     /// matmul's last step where the row-invariant kernel runs it.
     pub fn forward_onto(&self, x: &Array, residual: &Array) -> Result<Onto> {

@@ -172,6 +172,15 @@ impl Fused {
         }
     }
 
+    /// The packed weight of a [`Self::load_glu`] pair whose rows are
+    /// paired; None elsewhere.
+    pub(crate) fn glu_packed(&self) -> Option<&Packed> {
+        match &self.stacked {
+            Some((LinearWeight::Quantized(q), _)) if self.paired => Some(q),
+            _ => None,
+        }
+    }
+
     /// Whether the maps are one host product (the CPU path), so that
     /// stacking rows of several inputs costs one hand-over, not several.
     pub fn is_host(&self) -> bool {
