@@ -166,6 +166,12 @@ def variants():
         yield (f"moe_combine K={k} RES={res} HALF={half} SHARED={shared}", combine,
                [(n, t) for n in ("down", "scores", "shared", "gate", "res")], [("y", t)],
                [("K", k), ("GCOL", 256), ("RES", res), ("HALF", half), ("SHARED", shared)])
+        # row_invariant's COMBINE_NORM: the body after a define, the next norm written too.
+        yield (f"moe_combine NORM_OUT K={k} RES={res} HALF={half} SHARED={shared}",
+               "#define NORM_OUT 1\n" + combine,
+               [(n, t) for n in ("down", "scores", "shared", "gate", "res", "nw")] + [("eps", "f32")],
+               [("y", t), ("normed", t)],
+               [("K", k), ("GCOL", 256), ("RES", res), ("HALF", half), ("SHARED", shared)])
     conv = (KERNELS / "conv_rows.cu").read_text()
     for dt in (0, 1, 2):
         t = ("f32", "bf16", "f16")[dt]

@@ -10,7 +10,7 @@ use crate::nn::gated_delta::{GatedDeltaNet, GdnState, GdnTape};
 use crate::nn::host;
 use crate::nn::linear::{Embedding, Linear, MatmulPath, Weights};
 use crate::nn::mlp::Mlp;
-use crate::nn::moe::SparseMoe;
+use crate::nn::moe::{next_norm_in_combine, NextNorm, SparseMoe};
 use crate::sanitize::{is_hf_layout, sanitize};
 use crate::spec::{self, Header};
 use mlx_rs::fast::rms_norm;
@@ -293,9 +293,22 @@ impl Model {
         let mut tapped: Vec<Option<Array>> = vec![None; outputs.taps.len()];
         let mut tapes = Vec::with_capacity(if record { self.layers.len() } else { 0 });
         let queue_every = if record { pipeline_layers() } else { 0 };
+        // The next layer's input norm (the final norm after the last), for
+        // a MoE block's last kernel to write beside its output where it
+        // does (nn/moe.rs, `NEXT_NORM_ENV`); `normed` is then that input.
+        let next_norms: Vec<&Norm> = match next_norm_in_combine() {
+            true => (self.layers.iter().skip(1).map(|l| &l.input_layernorm))
+                .chain([&self.norm])
+                .collect(),
+            false => Vec::new(),
+        };
+        let mut normed = None;
         for (index, (layer, state)) in self.layers.iter().zip(cache.iter_mut()).enumerate() {
-            let (out, tape) = layer.forward(&h, state, record, eps)?;
+            let next = next_norms.get(index).map(|n| (&n.weight, eps));
+            let (out, out_normed, tape) =
+                layer.forward(&h, normed.take(), next, state, record, eps)?;
             h = out;
+            normed = out_normed;
             if queue_every > 0 && (index + 1) % queue_every == 0 {
                 mlx_rs::transforms::async_eval([&h])?;
             }
@@ -328,12 +341,14 @@ impl Model {
                 None => concatenate(&tapped, -1)?,
             })
         };
-        let h = if outputs.last_only && h.shape()[1] > 1 {
-            h.index((.., -1.., ..))
-        } else {
-            h
+        let last = |h: Array| match outputs.last_only && h.shape()[1] > 1 {
+            true => h.index((.., -1.., ..)),
+            false => h,
         };
-        let h = self.norm.forward(&h, eps)?;
+        let h = match normed {
+            Some(normed) => last(normed),
+            None => self.norm.forward(&last(h), eps)?,
+        };
         let forward = Forward {
             logits: self.lm_head(&h)?,
             taps,
@@ -345,15 +360,23 @@ impl Model {
 impl DecoderLayer {
     /// One decoder layer (mlx-lm's `DecoderLayer.__call__`): the mixer (GDN
     /// or attention) and the feed-forward, each pre-normed and residual.
-    /// Returns the new hidden states and, when `record`, a GDN layer's tape.
+    /// `normed` is `h`'s input norm where the layer before wrote it; `next`
+    /// the norm after this layer, for a MoE block to write the same way.
+    /// Returns the new hidden states, their `next` norm where written, and,
+    /// when `record`, a GDN layer's tape.
     fn forward(
         &self,
         h: &Array,
+        normed: Option<Array>,
+        next: NextNorm,
         state: &mut LayerCache,
         record: bool,
         eps: f32,
-    ) -> Result<(Array, Option<GdnTape>)> {
-        let x = self.input_layernorm.forward(h, eps)?;
+    ) -> Result<(Array, Option<Array>, Option<GdnTape>)> {
+        let x = match normed {
+            Some(x) => x,
+            None => self.input_layernorm.forward(h, eps)?,
+        };
         // Each block's output projection adds it onto the residual stream
         // itself where its kernel can (docs/gpu.md, "Fused ends").
         let (mixed, tape) = match (&self.mixer, state) {
@@ -368,11 +391,11 @@ impl DecoderLayer {
         let norm = &self.post_attention_layernorm;
         let h = mixed.or_add(|out| norm.residual(h, out))?;
         let x = norm.forward(&h, eps)?;
-        let ff = match &self.feed_forward {
-            FeedForward::Dense(mlp) => mlp.forward_onto(&x, Some(&h))?,
-            FeedForward::Moe(moe) => moe.forward_onto(&x, Some(&h))?,
+        let (ff, normed) = match &self.feed_forward {
+            FeedForward::Dense(mlp) => (mlp.forward_onto(&x, Some(&h))?, None),
+            FeedForward::Moe(moe) => moe.forward_onto(&x, Some(&h), next)?,
         };
-        Ok((ff.or_add(|out| norm.residual(&h, out))?, tape))
+        Ok((ff.or_add(|out| norm.residual(&h, out))?, normed, tape))
     }
 }
 

@@ -163,14 +163,14 @@ mod tests {
             Dtype::Uint32,
             Dtype::Int32,
         );
-        // "FILE (KV_ROOM)": the body as `row_invariant` builds it with that define.
+        // "FILE (NAME)": the body as `row_invariant` builds it with that define.
         let kernel = |file: &str| {
-            let (file, prefix) = match file.strip_suffix(" (KV_ROOM)") {
-                Some(file) => (file, "#define KV_ROOM 1\n"),
-                None => (file, ""),
+            let (file, prefix) = match file.split_once(" (") {
+                Some((file, name)) => (file, format!("#define {} 1\n", name.trim_end_matches(')'))),
+                None => (file, String::new()),
             };
             let path = format!("{}/../../kernels/cuda/{file}", env!("CARGO_MANIFEST_DIR"));
-            let text = prefix.to_string() + &std::fs::read_to_string(path).unwrap();
+            let text = prefix + &std::fs::read_to_string(path).unwrap();
             let source: &'static str = Box::leak(text.into_boxed_str());
             Box::leak(Box::new(Body::new("k", source))) as &'static Body
         };
@@ -203,6 +203,22 @@ mod tests {
                             .map(|n| (n, a(bf, 2)))
                             .to_vec(),
                         vec![("y", bf)],
+                        vec![
+                            ("K", 8),
+                            ("GCOL", 256),
+                            ("RES", 1),
+                            ("HALF", 0),
+                            ("SHARED", shared),
+                        ],
+                    ),
+                    (
+                        "moe_combine.cu (NORM_OUT)",
+                        ["down", "scores", "shared", "gate", "res", "nw"]
+                            .map(|n| (n, a(bf, 2)))
+                            .into_iter()
+                            .chain([("eps", a(f, 1))])
+                            .collect(),
+                        vec![("y", bf), ("normed", bf)],
                         vec![
                             ("K", 8),
                             ("GCOL", 256),

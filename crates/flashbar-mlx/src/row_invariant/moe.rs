@@ -6,7 +6,6 @@
 //! `GATHER`, their gate and up maps paired for the GLU end). Each token is
 //! computed alone, so a verified block's rows equal a decode step's.
 
-use super::single;
 use crate::custom_kernel::{self, Body, Launch};
 use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype};
@@ -19,6 +18,16 @@ static ROUTE: Body = Body::new(
 static COMBINE: Body = Body::new(
     "moe_combine",
     include_str!("../../../../kernels/cuda/moe_combine.cu"),
+);
+
+/// The same body writing the next RMS norm of its output too
+/// ([`moe_combine_normed`]).
+static COMBINE_NORM: Body = Body::new(
+    "moe_combine_norm",
+    concat!(
+        "#define NORM_OUT 1\n",
+        include_str!("../../../../kernels/cuda/moe_combine.cu")
+    ),
 );
 
 /// The most experts [`moe_route`] chooses from, and a token's most.
@@ -160,13 +169,57 @@ pub fn moe_combine(
     gate_column: i32,
     residual: Option<&Array>,
 ) -> Result<Array, Exception> {
-    let (tokens, width) = (scores.shape()[0], down.shape()[1]);
+    let mut outputs = combine(down, scores, shared, gate, gate_column, residual, None)?;
+    outputs
+        .pop()
+        .ok_or_else(|| Exception::custom("MoE combine kernel: no output"))
+}
+
+/// [`moe_combine`], and the RMS norm of each output row with `weight`
+/// (`[H]`) and `eps` beside it (the next layer's input): a block a token,
+/// each row's sum of squares taken in the same order whatever the number of
+/// tokens (docs/gpu.md, "The next norm in a MoE block's last kernel").
+#[allow(clippy::too_many_arguments)]
+pub fn moe_combine_normed(
+    down: &Array,
+    scores: &Array,
+    shared: Shared,
+    gate: &Array,
+    gate_column: i32,
+    residual: Option<&Array>,
+    weight: &Array,
+    eps: f32,
+) -> Result<(Array, Array), Exception> {
+    let norm = Some((weight, eps));
+    let mut outputs = combine(down, scores, shared, gate, gate_column, residual, norm)?.into_iter();
+    match (outputs.next(), outputs.next()) {
+        (Some(y), Some(normed)) => Ok((y, normed)),
+        _ => Err(Exception::custom("MoE combine kernel: missing outputs")),
+    }
+}
+
+fn combine(
+    down: &Array,
+    scores: &Array,
+    shared: Shared,
+    gate: &Array,
+    gate_column: i32,
+    residual: Option<&Array>,
+    norm: Option<(&Array, f32)>,
+) -> Result<Vec<Array>, Exception> {
+    let (tokens, width) = (
+        scores.shape().first().copied(),
+        down.shape().last().copied(),
+    );
+    let (tokens, width) = (tokens.unwrap_or(0), width.unwrap_or(0));
+    let norm_fits = norm.is_none_or(|(w, _)| w.shape() == [width] && w.dtype() == down.dtype());
     if !takes_combine(down, scores, shared, gate, gate_column)
         || residual.is_some_and(|r| r.shape() != [tokens, width] || r.dtype() != down.dtype())
+        || !norm_fits
     {
         return Err(Exception::custom(format!(
             "MoE combine kernel: unsupported down {:?}, scores {:?}, shared {:?}, gate {:?} \
-             (column {gate_column}), residual {:?}",
+             (column {gate_column}), residual {:?}, norm {:?}",
             down.shape(),
             scores.shape(),
             match shared {
@@ -174,7 +227,8 @@ pub fn moe_combine(
                 Shared::InDown => None,
             },
             gate.shape(),
-            residual.map(|r| r.shape().to_vec())
+            residual.map(|r| r.shape().to_vec()),
+            norm.map(|(w, _)| w.shape().to_vec()),
         )));
     }
     // Inputs the kernel does not read (no residual; the shared output in
@@ -184,20 +238,37 @@ pub fn moe_combine(
         Shared::InDown => down,
     };
     let res = residual.unwrap_or(down);
-    single(custom_kernel::launch(&Launch {
-        body: &COMBINE,
-        input_names: &["down", "scores", "shared", "gate", "res"],
-        output_names: &["y"],
-        inputs: &[down, scores, own, gate, res],
-        outputs: &[(vec![tokens, width], down.dtype())],
-        grid: [tokens * width, 1, 1],
-        group: [256, 1, 1],
-        template: &[
-            ("K", scores.shape()[1]),
-            ("GCOL", gate_column),
-            ("RES", i32::from(residual.is_some())),
-            ("HALF", i32::from(down.dtype() == Dtype::Float16)),
-            ("SHARED", i32::from(matches!(shared, Shared::InDown))),
-        ],
-    })?)
+    let template = [
+        ("K", scores.shape()[1]),
+        ("GCOL", gate_column),
+        ("RES", i32::from(residual.is_some())),
+        ("HALF", i32::from(down.dtype() == Dtype::Float16)),
+        ("SHARED", i32::from(matches!(shared, Shared::InDown))),
+    ];
+    let y = (vec![tokens, width], down.dtype());
+    match norm {
+        None => custom_kernel::launch(&Launch {
+            body: &COMBINE,
+            input_names: &["down", "scores", "shared", "gate", "res"],
+            output_names: &["y"],
+            inputs: &[down, scores, own, gate, res],
+            outputs: &[y],
+            grid: [tokens * width, 1, 1],
+            group: [256, 1, 1],
+            template: &template,
+        }),
+        Some((weight, eps)) => custom_kernel::launch(&Launch {
+            body: &COMBINE_NORM,
+            input_names: &["down", "scores", "shared", "gate", "res", "nw", "eps"],
+            output_names: &["y", "normed"],
+            inputs: &[down, scores, own, gate, res, weight, &Array::from_f32(eps)],
+            outputs: &[y.clone(), y],
+            grid: [tokens * NORM_THREADS, 1, 1],
+            group: [NORM_THREADS, 1, 1],
+            template: &template,
+        }),
+    }
 }
+
+/// A token's block in [`moe_combine_normed`].
+const NORM_THREADS: i32 = 256;

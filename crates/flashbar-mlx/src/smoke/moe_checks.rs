@@ -4,18 +4,20 @@
 //! the weighted sum onto the residual, for 1-32 tokens against 1-token
 //! calls (bit for bit), for a prefill's block whose experts each meet more
 //! than 32 tokens (one tile after another, of 32 rows and of 64), with the
-//! shared expert among the experts against it apart (bit for bit), and
-//! against MLX's ops over the same weights.
+//! shared expert among the experts against it apart (bit for bit),
+//! against MLX's ops over the same weights, and the block's last kernel
+//! writing the next layer's RMS norm too.
 
 use super::row_invariant_checks::{
     largest_relative, rows_and_reference, rows_differing, values, ROWS,
 };
 use super::CheckResult;
 use crate::row_invariant::{
-    gather_quantized_matmul_tiled, moe_combine, moe_route, pair_glu_rows, quantized_matmul,
-    quantized_matmul_with, Ends, Shared,
+    gather_quantized_matmul_tiled, moe_combine, moe_combine_normed, moe_route, pair_glu_rows,
+    quantized_matmul, quantized_matmul_with, Ends, Shared,
 };
 use mlx_rs::error::Exception;
+use mlx_rs::fast::rms_norm;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{argpartition_axis, concatenate, gather_qmm, quantize, sigmoid, softmax_axis};
 use mlx_rs::{Array, Dtype};
@@ -153,7 +155,89 @@ pub(crate) fn moe_block() -> Result<Vec<CheckResult>, Exception> {
         cross_device_tolerance: f64::INFINITY,
         output: Vec::new(),
     };
-    Ok(vec![rows, long, reference, folded])
+    let [normed_rows, normed_reference] = next_norm(&logits, &residual)?;
+    Ok(vec![
+        rows,
+        long,
+        reference,
+        folded,
+        normed_rows,
+        normed_reference,
+    ])
+}
+
+/// The combine writing the next layer's RMS norm beside its output
+/// (`moe_combine_normed`; docs/gpu.md, "The next norm in a MoE block's
+/// last kernel"), for 1-32 tokens and with the shared expert apart and
+/// among the experts: its output must be the plain combine's bit for bit,
+/// its norm's rows those of 1-token calls bit for bit (rows differing, both
+/// summed into the first check), and the norm within rounding of MLX's
+/// `rms_norm` of that output.
+fn next_norm(logits: &Array, residual: &Array) -> Result<[CheckResult; 2], Exception> {
+    let dtype = Dtype::Bfloat16;
+    let most = ROWS.iter().copied().max().unwrap_or(1);
+    let eps = 1e-6;
+    let weight = values(509, &[HIDDEN], Dtype::Float32)?
+        .multiply(Array::from_f32(0.5))?
+        .add(Array::from_f32(1.0))?
+        .as_dtype(dtype)?;
+    let (mut differing, mut versus_mlx) = (0.0, 0.0f64);
+    for fold in [false, true] {
+        let kp = TOP + i32::from(fold);
+        let down = values(510, &[most * kp, HIDDEN], dtype)?;
+        let scores = values(511, &[most, TOP], dtype)?.abs()?;
+        let shared = values(512, &[most, HIDDEN], dtype)?;
+        let shared = |tokens: std::ops::Range<i32>| match fold {
+            true => Ok::<_, Exception>(None),
+            false => Ok(Some(shared.index(tokens))),
+        };
+        let call = |tokens: std::ops::Range<i32>, norm: bool| -> Result<_, Exception> {
+            let pairs = tokens.start * kp..tokens.end * kp;
+            let own = shared(tokens.clone())?;
+            let own = own.as_ref().map_or(Shared::InDown, Shared::Apart);
+            let (down, scores) = (down.index(pairs), scores.index(tokens.clone()));
+            let (gate, res) = (logits.index(tokens.clone()), residual.index(tokens));
+            match norm {
+                true => moe_combine_normed(
+                    &down,
+                    &scores,
+                    own,
+                    &gate,
+                    EXPERTS,
+                    Some(&res),
+                    &weight,
+                    eps,
+                )
+                .map(|(y, n)| (y, Some(n))),
+                false => {
+                    moe_combine(&down, &scores, own, &gate, EXPERTS, Some(&res)).map(|y| (y, None))
+                }
+            }
+        };
+        let singles = (0..most)
+            .map(|t| call(t..t + 1, true).map(|(_, n)| n))
+            .collect::<Result<Option<Vec<_>>, _>>()?
+            .unwrap_or_default();
+        let singles = concatenate(&singles, 0)?;
+        for m in ROWS {
+            let (y, normed) = call(0..m, true)?;
+            let (plain, _) = call(0..m, false)?;
+            differing += rows_differing(&y, &plain, 0)?;
+            if let Some(normed) = normed {
+                differing += rows_differing(&normed, &singles.index(..m), 0)?;
+                let reference = rms_norm(&y, Some(&weight), eps)?;
+                versus_mlx = versus_mlx.max(largest_relative(&normed, &reference)?);
+            }
+        }
+    }
+    Ok(rows_and_reference(
+        ("moe_combine_norm_rows_invariant", differing),
+        // f32 sums of squares in another order than MLX's kernel, then one
+        // bf16 rounding: a last-place difference at most.
+        ("moe_combine_norm_vs_mlx", versus_mlx),
+        1e-2,
+        Vec::new(),
+    ))
 }
 
 /// Rows that differ between the block with a real shared expert run apart

@@ -58,6 +58,20 @@ fn shared_in_experts() -> bool {
     std::env::var(SHARED_IN_EXPERTS_ENV).as_deref() != Ok("0")
 }
 
+/// `1` has a MoE block's last kernel (`moe_combine`) write the next
+/// layer's input norm of its output too, given one (a block a token; docs/gpu.md,
+/// "The next norm in a MoE block's last kernel"): 40 kernels fewer a
+/// 35B-A3B step. Opt-in: not yet checked or timed on a GPU.
+pub const NEXT_NORM_ENV: &str = "FLASHBAR_NEXT_NORM_IN_COMBINE";
+
+pub fn next_norm_in_combine() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(NEXT_NORM_ENV).as_deref() == Ok("1"))
+}
+
+/// The next RMS norm's weight and epsilon, for [`SparseMoe::forward_onto`].
+pub type NextNorm<'a> = Option<(&'a Array, f32)>;
+
 pub struct SparseMoe {
     router: Router,
     experts: ExpertsGlu,
@@ -138,15 +152,22 @@ impl SparseMoe {
 
     /// `x`: `[B, L, hidden]`.
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        match self.forward_onto(x, None)? {
+        match self.forward_onto(x, None, None)?.0 {
             Onto::Apart(out) | Onto::Added(out) => Ok(out),
         }
     }
 
     /// [`Self::forward`], onto the residual stream `residual` when given
-    /// (the kernels add it themselves).
-    pub fn forward_onto(&self, x: &Array, residual: Option<&Array>) -> Result<Onto> {
-        if let Some(out) = self.forward_sliced(x, residual)? {
+    /// (the kernels add it themselves); with `next` and a residual, also
+    /// the next RMS norm of the sum where the block's last kernel wrote it
+    /// ([`NEXT_NORM_ENV`]), else None (the caller norms it).
+    pub fn forward_onto(
+        &self,
+        x: &Array,
+        residual: Option<&Array>,
+        next: NextNorm,
+    ) -> Result<(Onto, Option<Array>)> {
+        if let Some(out) = self.forward_sliced(x, residual, next)? {
             return Ok(out);
         }
         let (logits, shared_gate) = self.router.forward(x)?;
@@ -176,30 +197,45 @@ impl SparseMoe {
             .shared_expert
             .forward(x)?
             .multiply(sigmoid(shared_gate)?)?;
-        Ok(Onto::Apart(routed.add(shared)?))
+        Ok((Onto::Apart(routed.add(shared)?), None))
     }
 
     /// [`Self::forward_kernels`] on `x` `[1, L, hidden]` in slices of at
     /// most [`PREFILL_SLICE`] tokens, joined.
-    fn forward_sliced(&self, x: &Array, residual: Option<&Array>) -> Result<Option<Onto>> {
+    fn forward_sliced(
+        &self,
+        x: &Array,
+        residual: Option<&Array>,
+        next: NextNorm,
+    ) -> Result<Option<(Onto, Option<Array>)>> {
         let shape = x.shape();
         if shape.len() != 3 || shape[0] != 1 || shape[1] <= PREFILL_SLICE {
-            return self.forward_kernels(x, residual);
+            return self.forward_kernels(x, residual, next);
         }
-        let mut outs = Vec::new();
+        let (mut outs, mut norms) = (Vec::new(), Vec::new());
         for start in (0..shape[1]).step_by(PREFILL_SLICE as usize) {
             let end = (start + PREFILL_SLICE).min(shape[1]);
             let res = residual.map(|r| r.index((.., start..end, ..)));
-            match self.forward_kernels(&x.index((.., start..end, ..)), res.as_ref())? {
-                Some(Onto::Added(out) | Onto::Apart(out)) => outs.push(out),
+            match self.forward_kernels(&x.index((.., start..end, ..)), res.as_ref(), next)? {
+                Some((Onto::Added(out) | Onto::Apart(out), normed)) => {
+                    outs.push(out);
+                    norms.extend(normed);
+                }
                 None => return Ok(None),
             }
         }
         let out = mlx_rs::ops::concatenate(&outs, 1)?;
-        Ok(Some(match residual {
-            Some(_) => Onto::Added(out),
-            None => Onto::Apart(out),
-        }))
+        let normed = match norms.len() == outs.len() {
+            true => Some(mlx_rs::ops::concatenate(&norms, 1)?),
+            false => None,
+        };
+        Ok(Some((
+            match residual {
+                Some(_) => Onto::Added(out),
+                None => Onto::Apart(out),
+            },
+            normed,
+        )))
     }
 
     /// The experts and their scores (`[B, L, k]` each) by the route kernel,
@@ -234,7 +270,12 @@ impl SparseMoe {
     /// a decode step or a verified block on CUDA's row kernels, the
     /// experts' gate and up paired, and a prefill unless
     /// [`MOE_PREFILL_KERNELS_ENV`] says otherwise. None elsewhere.
-    fn forward_kernels(&self, x: &Array, residual: Option<&Array>) -> Result<Option<Onto>> {
+    fn forward_kernels(
+        &self,
+        x: &Array,
+        residual: Option<&Array>,
+        next: NextNorm,
+    ) -> Result<Option<(Onto, Option<Array>)>> {
         let (Router::Fused(router), ExpertsGlu::Paired(gate_up)) = (&self.router, &self.experts)
         else {
             return Ok(None);
@@ -287,19 +328,44 @@ impl SparseMoe {
             return Ok(None);
         }
         let residual = residual.map(|r| r.reshape(&[tokens, width])).transpose()?;
-        let y = row_invariant::moe_combine(
-            &down,
-            &routes.scores,
-            shared,
-            &gate,
-            gate_column,
-            residual.as_ref(),
-        )?
-        .reshape(shape)?;
-        Ok(Some(match residual {
-            Some(_) => Onto::Added(y),
-            None => Onto::Apart(y),
-        }))
+        let (y, normed) = match (next, &residual) {
+            (Some((weight, eps)), Some(res))
+                if next_norm_in_combine()
+                    && weight.shape() == [width]
+                    && weight.dtype() == down.dtype() =>
+            {
+                let (y, normed) = row_invariant::moe_combine_normed(
+                    &down,
+                    &routes.scores,
+                    shared,
+                    &gate,
+                    gate_column,
+                    Some(res),
+                    weight,
+                    eps,
+                )?;
+                (y, Some(normed.reshape(shape)?))
+            }
+            _ => {
+                let y = row_invariant::moe_combine(
+                    &down,
+                    &routes.scores,
+                    shared,
+                    &gate,
+                    gate_column,
+                    residual.as_ref(),
+                )?;
+                (y, None)
+            }
+        };
+        let y = y.reshape(shape)?;
+        Ok(Some((
+            match residual {
+                Some(_) => Onto::Added(y),
+                None => Onto::Apart(y),
+            },
+            normed,
+        )))
     }
 }
 
