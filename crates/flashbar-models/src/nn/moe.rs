@@ -61,7 +61,8 @@ fn shared_in_experts() -> bool {
 /// `1` has a MoE block's last kernel (`moe_combine`) write the next
 /// layer's input norm of its output too, given one (a block a token; docs/gpu.md,
 /// "The next norm in a MoE block's last kernel"): 40 kernels fewer a
-/// 35B-A3B step. Opt-in: not yet checked or timed on a GPU.
+/// 35B-A3B step. Opt-in: its checks pass on a GPU, but one decode pair
+/// side by side showed no gain.
 pub const NEXT_NORM_ENV: &str = "FLASHBAR_NEXT_NORM_IN_COMBINE";
 
 pub fn next_norm_in_combine() -> bool {
