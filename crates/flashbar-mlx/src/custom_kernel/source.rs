@@ -184,6 +184,13 @@ mod tests {
         let moe: Vec<Case> = [0, 1]
             .into_iter()
             .flat_map(|shared| {
+                let combine = vec![
+                    ("K", 8),
+                    ("GCOL", 256),
+                    ("RES", 1),
+                    ("HALF", 0),
+                    ("SHARED", shared),
+                ];
                 [
                     (
                         "moe_route.cu",
@@ -203,13 +210,7 @@ mod tests {
                             .map(|n| (n, a(bf, 2)))
                             .to_vec(),
                         vec![("y", bf)],
-                        vec![
-                            ("K", 8),
-                            ("GCOL", 256),
-                            ("RES", 1),
-                            ("HALF", 0),
-                            ("SHARED", shared),
-                        ],
+                        combine.clone(),
                     ),
                     (
                         "moe_combine.cu (NORM_OUT)",
@@ -219,13 +220,7 @@ mod tests {
                             .chain([("eps", a(f, 1))])
                             .collect(),
                         vec![("y", bf), ("normed", bf)],
-                        vec![
-                            ("K", 8),
-                            ("GCOL", 256),
-                            ("RES", 1),
-                            ("HALF", 0),
-                            ("SHARED", shared),
-                        ],
+                        combine,
                     ),
                 ]
             })

@@ -32,8 +32,8 @@ mod moe;
 mod qmm;
 pub use head::{attention_head, head_params, takes_attention_head, HeadShape};
 pub use moe::{
-    moe_combine, moe_combine_normed, moe_route, takes_combine, takes_route, Routes, Shared,
-    MAX_EXPERTS, MAX_TOP_K,
+    moe_combine, moe_combine_normed, moe_route, takes_combine, takes_route, Combine, Routes,
+    Shared, MAX_EXPERTS, MAX_TOP_K,
 };
 pub use qmm::{
     gather_quantized_matmul, gather_quantized_matmul_pairs, pair_glu_rows, qmm_launch,

@@ -157,20 +157,27 @@ pub fn takes_combine(
         && [scores, gate].iter().all(|a| a.dtype() == dtype)
 }
 
+/// The arrays a MoE block's last kernel reads ([`moe_combine`]).
+#[derive(Clone, Copy)]
+pub struct Combine<'a> {
+    /// `[T * kp, H]`: each pair's expert output.
+    pub down: &'a Array,
+    /// `[T, k]`: each pair's weight.
+    pub scores: &'a Array,
+    pub shared: Shared<'a>,
+    /// `[T, S]`: column `gate_column` is the shared expert's gate logit.
+    pub gate: &'a Array,
+    pub gate_column: i32,
+    /// `[T, H]`, added to the output when given.
+    pub residual: Option<&'a Array>,
+}
+
 /// The MoE block's output for each token t: `sum_j down[t kp + j] *
 /// scores[t, j]` plus the shared expert's output times `sigmoid(gate[t,
 /// gate_column])`, added onto `residual` when given (`[T, H]`), each step
 /// rounded as MLX's ops round it. Check [`takes_combine`] first.
-pub fn moe_combine(
-    down: &Array,
-    scores: &Array,
-    shared: Shared,
-    gate: &Array,
-    gate_column: i32,
-    residual: Option<&Array>,
-) -> Result<Array, Exception> {
-    let mut outputs = combine(down, scores, shared, gate, gate_column, residual, None)?;
-    outputs
+pub fn moe_combine(inputs: Combine) -> Result<Array, Exception> {
+    combine(inputs, None)?
         .pop()
         .ok_or_else(|| Exception::custom("MoE combine kernel: no output"))
 }
@@ -179,34 +186,27 @@ pub fn moe_combine(
 /// (`[H]`) and `eps` beside it (the next layer's input): a block a token,
 /// each row's sum of squares taken in the same order whatever the number of
 /// tokens (docs/gpu.md, "The next norm in a MoE block's last kernel").
-#[allow(clippy::too_many_arguments)]
 pub fn moe_combine_normed(
-    down: &Array,
-    scores: &Array,
-    shared: Shared,
-    gate: &Array,
-    gate_column: i32,
-    residual: Option<&Array>,
+    inputs: Combine,
     weight: &Array,
     eps: f32,
 ) -> Result<(Array, Array), Exception> {
-    let norm = Some((weight, eps));
-    let mut outputs = combine(down, scores, shared, gate, gate_column, residual, norm)?.into_iter();
+    let mut outputs = combine(inputs, Some((weight, eps)))?.into_iter();
     match (outputs.next(), outputs.next()) {
         (Some(y), Some(normed)) => Ok((y, normed)),
         _ => Err(Exception::custom("MoE combine kernel: missing outputs")),
     }
 }
 
-fn combine(
-    down: &Array,
-    scores: &Array,
-    shared: Shared,
-    gate: &Array,
-    gate_column: i32,
-    residual: Option<&Array>,
-    norm: Option<(&Array, f32)>,
-) -> Result<Vec<Array>, Exception> {
+fn combine(inputs: Combine, norm: Option<(&Array, f32)>) -> Result<Vec<Array>, Exception> {
+    let Combine {
+        down,
+        scores,
+        shared,
+        gate,
+        gate_column,
+        residual,
+    } = inputs;
     let (tokens, width) = (
         scores.shape().first().copied(),
         down.shape().last().copied(),

@@ -14,7 +14,7 @@ use super::row_invariant_checks::{
 use super::CheckResult;
 use crate::row_invariant::{
     gather_quantized_matmul_tiled, moe_combine, moe_combine_normed, moe_route, pair_glu_rows,
-    quantized_matmul, quantized_matmul_with, Ends, Shared,
+    quantized_matmul, quantized_matmul_with, Combine, Ends, Shared,
 };
 use mlx_rs::error::Exception;
 use mlx_rs::fast::rms_norm;
@@ -90,14 +90,14 @@ pub(crate) fn moe_block() -> Result<Vec<CheckResult>, Exception> {
             false,
             tile,
         )?;
-        moe_combine(
-            &down,
-            &routes.scores,
-            Shared::Apart(&shared.index(tokens.clone())),
-            &logits.index(tokens.clone()),
-            EXPERTS,
-            Some(&residual.index(tokens)),
-        )
+        moe_combine(Combine {
+            down: &down,
+            scores: &routes.scores,
+            shared: Shared::Apart(&shared.index(tokens.clone())),
+            gate: &logits.index(tokens.clone()),
+            gate_column: EXPERTS,
+            residual: Some(&residual.index(tokens)),
+        })
     };
     let singles = (0..TOKENS)
         .map(|t| block(t..t + 1, 32))
@@ -197,21 +197,17 @@ fn next_norm(logits: &Array, residual: &Array) -> Result<[CheckResult; 2], Excep
             let own = own.as_ref().map_or(Shared::InDown, Shared::Apart);
             let (down, scores) = (down.index(pairs), scores.index(tokens.clone()));
             let (gate, res) = (logits.index(tokens.clone()), residual.index(tokens));
+            let inputs = Combine {
+                down: &down,
+                scores: &scores,
+                shared: own,
+                gate: &gate,
+                gate_column: EXPERTS,
+                residual: Some(&res),
+            };
             match norm {
-                true => moe_combine_normed(
-                    &down,
-                    &scores,
-                    own,
-                    &gate,
-                    EXPERTS,
-                    Some(&res),
-                    &weight,
-                    eps,
-                )
-                .map(|(y, n)| (y, Some(n))),
-                false => {
-                    moe_combine(&down, &scores, own, &gate, EXPERTS, Some(&res)).map(|y| (y, None))
-                }
+                true => moe_combine_normed(inputs, &weight, eps).map(|(y, n)| (y, Some(n))),
+                false => moe_combine(inputs).map(|y| (y, None)),
             }
         };
         let singles = (0..most)
@@ -328,14 +324,14 @@ fn shared_in_experts(
                 Some(quantized_matmul(&inner, w, s, b, group, bits)?.squeeze_axes(&[0])?)
             }
         };
-        moe_combine(
-            &down,
-            &routes.scores,
-            apart.as_ref().map_or(Shared::InDown, Shared::Apart),
-            &logits.index(tokens.clone()),
-            EXPERTS,
-            Some(&residual.index(tokens)),
-        )
+        moe_combine(Combine {
+            down: &down,
+            scores: &routes.scores,
+            shared: apart.as_ref().map_or(Shared::InDown, Shared::Apart),
+            gate: &logits.index(tokens.clone()),
+            gate_column: EXPERTS,
+            residual: Some(&residual.index(tokens)),
+        })
     };
     let most = ROWS.iter().copied().max().unwrap_or(1);
     let singles = (0..most)

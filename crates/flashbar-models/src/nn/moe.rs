@@ -329,35 +329,24 @@ impl SparseMoe {
             return Ok(None);
         }
         let residual = residual.map(|r| r.reshape(&[tokens, width])).transpose()?;
+        let inputs = row_invariant::Combine {
+            down: &down,
+            scores: &routes.scores,
+            shared,
+            gate: &gate,
+            gate_column,
+            residual: residual.as_ref(),
+        };
         let (y, normed) = match (next, &residual) {
-            (Some((weight, eps)), Some(res))
+            (Some((weight, eps)), Some(_))
                 if next_norm_in_combine()
                     && weight.shape() == [width]
                     && weight.dtype() == down.dtype() =>
             {
-                let (y, normed) = row_invariant::moe_combine_normed(
-                    &down,
-                    &routes.scores,
-                    shared,
-                    &gate,
-                    gate_column,
-                    Some(res),
-                    weight,
-                    eps,
-                )?;
+                let (y, normed) = row_invariant::moe_combine_normed(inputs, weight, eps)?;
                 (y, Some(normed.reshape(shape)?))
             }
-            _ => {
-                let y = row_invariant::moe_combine(
-                    &down,
-                    &routes.scores,
-                    shared,
-                    &gate,
-                    gate_column,
-                    residual.as_ref(),
-                )?;
-                (y, None)
-            }
+            _ => (row_invariant::moe_combine(inputs)?, None),
         };
         let y = y.reshape(shape)?;
         Ok(Some((
