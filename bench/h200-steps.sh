@@ -18,6 +18,7 @@
 # repeat9 (the 9B's 8,192-token prefill repeated with each default turned off in turn),
 # prefillfix (the prefill's products in our kernel and in MLX's: repeated, timed; smoke),
 # round8k (the 9B's DFlash round at 8,192 tokens, three times, and once with $ALSO),
+# smoke-also (smoke with $ALSO), hostcost (one call's host cost by kind: bench/host_cost.py),
 # save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0); several
 # columns separated by ';' (vs9b, vs35 and round35 run each, the other steps the first).
@@ -198,6 +199,13 @@ p.exists() or v.write_checkpoint(p, v.SHAPES['qwen3.6-35b-a3b'])"
     smoke)
       # a cold first run (no kernel caches) took more than 300 s on an H200
       run 500 smoke "$bin" smoke
+      ;;
+    smoke-also)
+      run 500 smoke-also env ${also//,/ } "$bin" smoke
+      ;;
+    hostcost)
+      # what one call costs the host, by kind of call (docs/gpu.md, "Stub bodies")
+      run 120 hostcost python3 bench/host_cost.py
       ;;
     save)
       tar -C "$MLX_PTX_CACHE_DIR" -czf "$OUT/mlx-ptx.tgz" .

@@ -181,9 +181,29 @@ impl<A: KernelApi> Kernel<A> {
         input_names: &[&str],
         output_names: &[&str],
     ) -> Result<Self, Exception> {
+        Self::with_source(body, body.compact_source(), input_names, output_names)
+    }
+
+    /// The same kernel, under the same name, with a stub body
+    /// (`super::stubs`): for calls of variants MLX has compiled.
+    pub(crate) fn stub(
+        body: &Body,
+        input_names: &[&str],
+        output_names: &[&str],
+    ) -> Result<Self, Exception> {
+        let compact = body.compact_source().to_string_lossy();
+        let stub = c_string(&super::stubs::source(&compact, input_names))?;
+        Self::with_source(body, &stub, input_names, output_names)
+    }
+
+    fn with_source(
+        body: &Body,
+        source: &std::ffi::CStr,
+        input_names: &[&str],
+        output_names: &[&str],
+    ) -> Result<Self, Exception> {
         let name = body.name;
         let full_name = c_string(&body.full_name())?;
-        let source = body.compact_source();
         let header = c_string("")?;
         let input_names = StringVector::new(input_names)?;
         let output_names = StringVector::new(output_names)?;

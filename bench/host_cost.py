@@ -1,0 +1,122 @@
+"""What one operation costs the host on MLX's CUDA backend, by kind of
+operation (docs/gpu.md, "What a call costs the host").
+
+    python bench/host_cost.py [--calls 1000] [--repeats 5]
+
+A decode step is bound by the host's time to build and queue its graph
+(some 13 us an operation). This chains CALLS calls of one kind on a tiny
+array (so the GPU's part is a few microseconds a kernel) and times, per
+call: building the lazy graph (the Python call and MLX's op), queueing it
+(`mx.async_eval`: every primitive's `eval_gpu` and the CUDA graph's nodes)
+and the whole until `mx.synchronize` returns. Kinds: MLX's own `add` and
+`fast.rms_norm`, and `fast.cuda_kernel` calls of one copy kernel whose
+source is tiny, padded with a comment to the size of our quantized
+matmul's compacted source (7 KB) or larger (MLX copies a custom kernel's
+whole source into every call), given eight template values, or called
+through a stub body under the same name once the whole one has been
+compiled (`custom_kernel::stubs`). Medians over REPEATS chains.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import mlx.core as mx
+
+BODY = """
+    uint i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < x_size) { y[i] = x[i]; }
+"""
+# `x_size` is not something MLX passes; the size comes as a template value
+# or a constant, so the body reads it from `N`.
+BODY = BODY.replace("x_size", "N")
+
+
+def kernel(name, pad, templated):
+    source = BODY
+    if pad:
+        source += "\n/*" + ("x" * 78 + "\n") * (pad // 79) + "*/\n"
+    header = "" if templated else "constexpr int N = 1024;\n"
+    return mx.fast.cuda_kernel(
+        name=name, input_names=["x"], output_names=["y"], source=source, header=header
+    )
+
+
+def custom(name, pad, templated, stub=False):
+    k = kernel(name, pad, templated)
+    if stub:
+        full = k
+        k = mx.fast.cuda_kernel(
+            name=name,
+            input_names=["x"],
+            output_names=["y"],
+            source='#error "a stub was compiled"\n',
+            header="constexpr int N = 1024;\n",
+        )
+    template = [("N", 1024)] + [(f"T{i}", i) for i in range(7)] if templated else None
+
+    def call(x):
+        return k(
+            inputs=[x],
+            output_shapes=[x.shape],
+            output_dtypes=[x.dtype],
+            grid=(1024, 1, 1),
+            threadgroup=(256, 1, 1),
+            template=template,
+        )[0]
+
+    if stub:
+        # the whole body compiled first, under the name the stub calls use
+        x = mx.ones((1024,), mx.float32)
+        mx.eval(full(inputs=[x], output_shapes=[x.shape], output_dtypes=[x.dtype],
+                     grid=(1024, 1, 1), threadgroup=(256, 1, 1))[0])
+    return call
+
+
+def chain(op, x, calls):
+    start = time.perf_counter()
+    y = x
+    for _ in range(calls):
+        y = op(y)
+    built = time.perf_counter()
+    mx.async_eval(y)
+    queued = time.perf_counter()
+    mx.synchronize()
+    done = time.perf_counter()
+    return built - start, queued - built, done - start
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--pad", type=int, default=24000, help="bytes of padded source")
+    args = parser.parse_args()
+    x = mx.ones((1024,), mx.float32)
+    w = mx.ones((1024,), mx.float32)
+    kinds = {
+        "mlx add": lambda y: y + 1.0,
+        "mlx fast.rms_norm": lambda y: mx.fast.rms_norm(y, w, 1e-6),
+        "cuda_kernel, tiny source": custom("hc_tiny", 0, False),
+        "cuda_kernel, source 7 KB": custom("hc_pad7", 7000, False),
+        f"cuda_kernel, source {args.pad} B": custom("hc_pad", args.pad, False),
+        "cuda_kernel, tiny source, 8 template values": custom("hc_tmpl", 0, True),
+        "cuda_kernel, source 7 KB, 8 template values": custom("hc_both", 7000, True),
+        "cuda_kernel, stub of the 7 KB source": custom("hc_stub", 7000, False, stub=True),
+    }
+    rows = []
+    for name, op in kinds.items():
+        chain(op, x, 10)  # compile and warm up
+        chain(op, x, args.calls)
+        runs = [chain(op, x, args.calls) for _ in range(args.repeats)]
+        build, queue, total = (
+            statistics.median(r[i] for r in runs) / args.calls * 1e6 for i in range(3)
+        )
+        rows.append({"kind": name, "build_us": build, "queue_us": queue, "total_us": total})
+        print(f"{name:52s} build {build:6.2f} us  queue {queue:6.2f} us  total {total:6.2f} us")
+    print(json.dumps({"calls": args.calls, "repeats": args.repeats, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
