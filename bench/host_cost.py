@@ -5,7 +5,7 @@ operation (docs/gpu.md, "What a call costs the host").
 
 A decode step is bound by the host's time to build and queue its graph
 (some 13 us an operation). This chains CALLS calls of one kind on a tiny
-array (so the GPU's part is a few microseconds a kernel) and times, per
+array (so the GPU's part is a few microseconds a kernel, none for a view) and times, per
 call: building the lazy graph (the Python call and MLX's op), queueing it
 (`mx.async_eval`: every primitive's `eval_gpu` and the CUDA graph's nodes)
 and the whole until `mx.synchronize` returns. Kinds: MLX's own `add` and
@@ -98,6 +98,9 @@ def main():
     kinds = {
         "mlx add": lambda y: y + 1.0,
         "mlx fast.rms_norm": lambda y: mx.fast.rms_norm(y, w, 1e-6),
+        "mlx reshape (a view, no kernel)": lambda y: y.reshape(
+            (1024,) if y.ndim == 2 else (32, 32)
+        ),
         "cuda_kernel, tiny source": custom("hc_tiny", 0, False),
         "cuda_kernel, source 7 KB": custom("hc_pad7", 7000, False),
         f"cuda_kernel, source {args.pad} B": custom("hc_pad", args.pad, False),
