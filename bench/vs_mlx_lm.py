@@ -138,7 +138,9 @@ def bench_ours(binary: str, path: Path, prompt: str, max_tokens: int, repeats: i
     out = subprocess.run(
         [binary, "bench", "--json", "--model", str(path), "--prompts", str(prompts),
          "--max-tokens", str(max_tokens), "--repeats", str(repeats)],
-        check=True, capture_output=True, text=True, env={**os.environ, **(env or {})})
+        capture_output=True, text=True, env={**os.environ, **(env or {})})
+    if out.returncode != 0:
+        sys.exit(f"flashbar bench ({env or 'defaults'}) failed: {out.stderr.strip()[-2000:]}")
     whole = json.loads(out.stdout)
     report = whole["prompts"][0]
     return {

@@ -181,29 +181,11 @@ impl<A: KernelApi> Kernel<A> {
         input_names: &[&str],
         output_names: &[&str],
     ) -> Result<Self, Exception> {
-        Self::with_source(body, body.compact_source(), input_names, output_names)
-    }
-
-    /// The same kernel, under the same name, with a stub body
-    /// (`super::stubs`): for calls of variants MLX has compiled.
-    pub(crate) fn stub(
-        body: &Body,
-        input_names: &[&str],
-        output_names: &[&str],
-    ) -> Result<Self, Exception> {
-        let compact = body.compact_source().to_string_lossy();
-        let stub = c_string(&super::stubs::source(&compact, input_names))?;
-        Self::with_source(body, &stub, input_names, output_names)
-    }
-
-    fn with_source(
-        body: &Body,
-        source: &std::ffi::CStr,
-        input_names: &[&str],
-        output_names: &[&str],
-    ) -> Result<Self, Exception> {
         let name = body.name;
         let full_name = c_string(&body.full_name())?;
+        // The body as MLX gets it: one line that includes its file, where
+        // the file can be written (`include`), else the body itself.
+        let source = c_string(&super::include::mlx_source(body, input_names))?;
         let header = c_string("")?;
         let input_names = StringVector::new(input_names)?;
         let output_names = StringVector::new(output_names)?;

@@ -11,7 +11,7 @@ use mlx_rs::error::Exception;
 use mlx_rs::{Array, Dtype, Stream};
 use std::cell::RefCell;
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::{c_int, CStr, CString};
 use std::sync::OnceLock;
 
@@ -19,6 +19,7 @@ use std::sync::OnceLock;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod disk;
 mod ffi;
+mod include;
 #[cfg(target_os = "linux")]
 mod nvrtc;
 #[cfg(target_os = "linux")]
@@ -28,7 +29,6 @@ mod nvrtc_cache;
 mod precompiled;
 #[cfg_attr(not(all(feature = "cuda", target_os = "linux")), allow(dead_code))]
 mod source;
-mod stubs;
 #[cfg(not(target_os = "macos"))]
 pub(crate) use ffi::Cuda as Active;
 pub(crate) use ffi::Kernel;
@@ -138,7 +138,8 @@ pub(crate) fn launch(spec: &Launch) -> Result<Vec<Array>, Exception> {
     // making one scans the whole source for each argument's name. Keyed by
     // a hash of the names, so that a call allocates nothing to find it.
     thread_local! {
-        static KERNELS: RefCell<HashMap<(usize, u64), Made>> = RefCell::new(HashMap::new());
+        static KERNELS: RefCell<HashMap<(usize, u64), Kernel<Active>>> =
+            RefCell::new(HashMap::new());
     }
     let key = (
         spec.body as *const Body as usize,
@@ -146,47 +147,16 @@ pub(crate) fn launch(spec: &Launch) -> Result<Vec<Array>, Exception> {
     );
     KERNELS.with(|kernels| {
         let mut kernels = kernels.borrow_mut();
-        let made = match kernels.entry(key) {
+        let kernel = match kernels.entry(key) {
             Entry::Occupied(made) => made.into_mut(),
-            Entry::Vacant(slot) => slot.insert(Made {
-                full: Kernel::<Active>::new(spec.body, spec.input_names, spec.output_names)?,
-                stub: None,
-                compiled: HashSet::new(),
-            }),
+            Entry::Vacant(slot) => slot.insert(Kernel::<Active>::new(
+                spec.body,
+                spec.input_names,
+                spec.output_names,
+            )?),
         };
-        if !stubs::enabled() {
-            return launch_with(&made.full, spec, &stream);
-        }
-        let variant = stubs::variant(spec.template);
-        if made.compiled.contains(&variant) {
-            if made.stub.is_none() {
-                made.stub = Some(Kernel::<Active>::stub(
-                    spec.body,
-                    spec.input_names,
-                    spec.output_names,
-                )?);
-            }
-            let stub = made.stub.as_ref().expect("made just above");
-            return launch_with(stub, spec, &stream);
-        }
-        // The variant's first call: MLX compiles its module from the whole
-        // source when this output is evaluated, so it is evaluated now,
-        // before any call of the stub can reach MLX's module cache.
-        let outputs = launch_with(&made.full, spec, &stream)?;
-        mlx_rs::transforms::eval(outputs.iter())?;
-        made.compiled.insert(variant);
-        Ok(outputs)
+        launch_with(kernel, spec, &stream)
     })
-}
-
-/// A body's kernel objects for one set of argument names.
-struct Made {
-    full: Kernel<Active>,
-    /// The same kernel under the same name with a stub body, for calls of
-    /// variants already compiled ([`stubs`]).
-    stub: Option<Kernel<Active>>,
-    /// [`stubs::variant`] of each template whose module MLX holds.
-    compiled: HashSet<u64>,
 }
 
 /// FNV-1a over the input names, a separator, then the output names (each

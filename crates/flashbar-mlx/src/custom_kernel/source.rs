@@ -148,6 +148,7 @@ mod tests {
         let (handle, include) = wheel();
         let nvrtc = Nvrtc::from_handle(handle).unwrap();
         let includes = [include];
+        let bodies = tempfile::tempdir().unwrap();
 
         let a = |dtype: Dtype, ndim: usize| {
             Array::from_slice(&[0.0f32], &[1])
@@ -381,17 +382,43 @@ mod tests {
                 template: &template,
             };
             let name = format!("case{n}");
-            let (source, _) = source(&spec, &name).unwrap();
-            match nvrtc.compile(&source, &name, "compute_90", &includes) {
-                Ok(ptx) => assert!(
-                    String::from_utf8_lossy(&ptx).contains(&format!(".entry {name}(")),
-                    "{file}: no kernel {name} in the PTX"
-                ),
-                Err(log) => failures.push(format!(
-                    "{file} {template:?}: {}",
-                    &log[..log.len().min(1500)]
-                )),
-            }
+            let (inline, shaped) = source(&spec, &name).unwrap();
+            let ptx = match nvrtc.compile(&inline, &name, "compute_90", &includes) {
+                Ok(ptx) => ptx,
+                Err(log) => {
+                    failures.push(format!(
+                        "{file} {template:?}: {}",
+                        &log[..log.len().min(1500)]
+                    ));
+                    continue;
+                }
+            };
+            assert!(
+                String::from_utf8_lossy(&ptx).contains(&format!(".entry {name}(")),
+                "{file}: no kernel {name} in the PTX"
+            );
+            // The same body by include (custom_kernel::include): the same
+            // arguments, the same PTX.
+            let body_file = bodies.path().join(format!("{name}.cuh"));
+            std::fs::write(&body_file, spec.body.source).unwrap();
+            let line =
+                super::super::include::include_line(spec.body.source, &input_names, &body_file)
+                    .unwrap();
+            let by_include = Launch {
+                body: Box::leak(Box::new(Body::new("k", Box::leak(line.into_boxed_str())))),
+                ..spec
+            };
+            let (wrapped, shaped_by_include) = source(&by_include, &name).unwrap();
+            assert_eq!(shaped, shaped_by_include, "{file} {template:?}");
+            let same = nvrtc.compile(&wrapped, &name, "compute_90", &includes);
+            assert!(
+                same.as_deref() == Ok(&ptx[..]),
+                "{file} {template:?}: by include {}",
+                match &same {
+                    Ok(_) => "other PTX".to_owned(),
+                    Err(log) => log.clone(),
+                }
+            );
         }
         assert!(failures.is_empty(), "{failures:#?}");
     }
