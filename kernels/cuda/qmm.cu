@@ -78,6 +78,22 @@
 //   2^23 is subtracted exactly, then fmaf(scale, q, bias) in f32 is rounded
 //   to the activations' type (the value MLX's own dequantize gives).
 
+#if PACKED
+// The template ints packed into three (a call's host cost grows with each
+// template value: docs/gpu.md, "What a call costs the host"): CFG holds
+// BITS (bits 0-3), HALF (4), NT (5-8), MT (9-11), GLU (12), RES (13) and
+// GATHER (14-15); P12 holds P1 (bits 0-14) and P2 (15-29); P3 as it is.
+constexpr int BITS = CFG & 15;
+constexpr int HALF = (CFG >> 4) & 1;
+constexpr int NT = (CFG >> 5) & 15;
+constexpr int MT = (CFG >> 9) & 7;
+constexpr int GLU = (CFG >> 12) & 1;
+constexpr int RES = (CFG >> 13) & 1;
+constexpr int GATHER = (CFG >> 14) & 3;
+constexpr int P1 = P12 & 0x7FFF;
+constexpr int P2 = (P12 >> 15) & 0x7FFF;
+#endif
+
 constexpr int VALS = 128 / BITS;        // k values per lane per 16-byte load
 constexpr int CHUNK = 4 * VALS;         // k values of one warp step
 constexpr int XV = VALS / 8;            // 16-byte loads of one row of x per chunk

@@ -259,6 +259,12 @@ mod tests {
             qmm(8, 1, 2, 0, 1, 0),
             qmm(4, 0, 1, 0, 0, 1),
             qmm(4, 0, 4, 1, 0, 1),
+            {
+                // a stacked product's parts (P1-P3)
+                let mut case = qmm(4, 0, 4, 0, 0, 0);
+                case.3[7..].copy_from_slice(&[("P1", 4096), ("P2", 8192), ("P3", 12288)]);
+                case
+            },
             (
                 "attn_rows.cu",
                 vec![
@@ -397,6 +403,35 @@ mod tests {
                 String::from_utf8_lossy(&ptx).contains(&format!(".entry {name}(")),
                 "{file}: no kernel {name} in the PTX"
             );
+            // qmm's template ints packed (row_invariant::qmm::Template):
+            // the same PTX.
+            if file == "qmm.cu" {
+                let get = |k: &str| template.iter().find(|(n, _)| *n == k).unwrap().1;
+                let ints = crate::row_invariant::qmm::Template {
+                    bits: get("BITS"),
+                    half: get("HALF"),
+                    nt: get("NT"),
+                    mt: get("MT"),
+                    glu: get("GLU"),
+                    res: get("RES"),
+                    gather: get("GATHER"),
+                    parts: [get("P1"), get("P2"), get("P3")],
+                };
+                let (body, packed) = ints.launch(true);
+                assert_eq!(body.name, "qmm_packed");
+                let by_packed = Launch {
+                    body,
+                    template: &packed,
+                    ..spec
+                };
+                let (wrapped, _) = source(&by_packed, &name).unwrap();
+                let same = nvrtc.compile(&wrapped, &name, "compute_90", &includes);
+                assert!(
+                    same.as_deref() == Ok(&ptx[..]),
+                    "{template:?} packed: {:?}",
+                    same.err()
+                );
+            }
             // The same body by include (custom_kernel::include): the same
             // arguments, the same PTX.
             let body_file = bodies.path().join(format!("{name}.cuh"));

@@ -29,7 +29,7 @@ use mlx_rs::{Array, Dtype};
 
 mod head;
 mod moe;
-mod qmm;
+pub(crate) mod qmm;
 pub use head::{attention_head, head_params, takes_attention_head, HeadShape};
 pub use moe::{
     moe_combine, moe_combine_normed, moe_route, takes_combine, takes_route, Combine, Routes,
