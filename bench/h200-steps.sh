@@ -18,7 +18,7 @@
 # repeat9 (the 9B's 8,192-token prefill repeated with each default turned off in turn),
 # prefillfix (the prefill's products in our kernel and in MLX's: repeated, timed; smoke),
 # round8k (the 9B's DFlash round at 8,192 tokens, three times, and once with $ALSO),
-# smoke-also (smoke with $ALSO), hostcost (one call's host cost by kind: bench/host_cost.py),
+# hostab (the 35B-A3B's host part, ours and $ALSO in turn), smoke-also (smoke with $ALSO), hostcost (one call's host cost by kind: bench/host_cost.py),
 # save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0); several
 # columns separated by ';' (vs9b, vs35 and round35 run each, the other steps the first).
@@ -149,6 +149,17 @@ import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])
         --block 16 --context-tokens 1024 --repeats 10
       [ -d "$nine" ] && run 200 hostpart "$bin" bench --model "$nine" --verify-cost --block 16 \
         --context-tokens 1024 --repeats 10
+      ;;
+    hostab)
+      # the 35B-A3B's decode step and verify, host part beside the whole, ours and $ALSO in
+      # turn, twice (flashbar bench --verify-cost; a change to a call's host cost)
+      for i in 1 2; do
+        for setting in NONE=1 "${also//,/ }"; do
+          echo "== $setting ($i)" | tee -a "$OUT/hostab.txt"
+          env $setting timeout 120 "$bin" bench --model target/bench/qwen3.6-35b-a3b-4bit --verify-cost \
+            --block 16 --context-tokens 1024 --repeats 10 2>&1 | tail -6 | tee -a "$OUT/hostab.txt"
+        done
+      done
       ;;
     ckpt35)
       # the 35B-A3B's random checkpoint alone (round35 and vs35 write it too)
