@@ -185,7 +185,10 @@ impl<A: KernelApi> Kernel<A> {
         let full_name = c_string(&body.full_name())?;
         // The body as MLX gets it: one line that includes its file, where
         // the file can be written (`include`), else the body itself.
+        #[cfg(target_os = "linux")]
         let source = c_string(&super::include::mlx_source(body, input_names))?;
+        #[cfg(not(target_os = "linux"))]
+        let source = body.compact_source().to_owned();
         let header = c_string("")?;
         let input_names = StringVector::new(input_names)?;
         let output_names = StringVector::new(output_names)?;

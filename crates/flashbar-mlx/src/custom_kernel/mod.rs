@@ -19,6 +19,7 @@ use std::sync::OnceLock;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod disk;
 mod ffi;
+#[cfg(target_os = "linux")]
 mod include;
 #[cfg(target_os = "linux")]
 mod nvrtc;
