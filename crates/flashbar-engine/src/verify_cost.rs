@@ -31,6 +31,11 @@ pub struct VerifyCost {
     /// the host bounds the step, not the device.
     pub decode_queued_ms: f64,
     pub verify_queued_ms: f64,
+    /// Of the host's part, the medians of building the graph alone (our
+    /// code and MLX's ops, before `async_eval`): the rest is MLX's queueing
+    /// (each primitive's `eval_gpu` and its CUDA graph node).
+    pub decode_built_ms: f64,
+    pub verify_built_ms: f64,
     /// With a drafter: one draft of `block` tokens after `block` new
     /// context rows (a round after a whole block was accepted), and its
     /// host part.
@@ -38,8 +43,10 @@ pub struct VerifyCost {
     pub draft_queued_ms: Option<f64>,
 }
 
-/// One timed sample: the host's time to build and queue, and the whole.
+/// One timed sample: the host's time to build, to build and queue, and the
+/// whole.
 struct Sample {
+    built_ms: f64,
     queued_ms: f64,
     total_ms: f64,
 }
@@ -48,22 +55,29 @@ struct Sample {
 fn sample(build: impl FnOnce() -> Result<Vec<Array>>) -> Result<Sample> {
     let clock = Instant::now();
     let out = build()?;
+    let built_ms = clock.elapsed().as_secs_f64() * 1e3;
     async_eval(&out)?;
     let queued_ms = clock.elapsed().as_secs_f64() * 1e3;
     eval(&out)?;
     Ok(Sample {
+        built_ms,
         queued_ms,
         total_ms: clock.elapsed().as_secs_f64() * 1e3,
     })
 }
 
-/// Medians of (queued, total) over the samples.
-fn medians(mut samples: Vec<Sample>) -> (f64, f64) {
-    let mid = samples.len() / 2;
-    samples.sort_by(|a, b| a.queued_ms.total_cmp(&b.queued_ms));
-    let queued = samples[mid].queued_ms;
-    samples.sort_by(|a, b| a.total_ms.total_cmp(&b.total_ms));
-    (queued, samples[mid].total_ms)
+/// Medians of each part over the samples.
+fn medians(samples: Vec<Sample>) -> Sample {
+    let median = |part: fn(&Sample) -> f64| {
+        let mut values: Vec<f64> = samples.iter().map(part).collect();
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    Sample {
+        built_ms: median(|s| s.built_ms),
+        queued_ms: median(|s| s.queued_ms),
+        total_ms: median(|s| s.total_ms),
+    }
 }
 
 impl Engine {
@@ -123,7 +137,7 @@ impl Engine {
             }
             Ok(out)
         };
-        let time = |f: &dyn Fn(&mut Vec<LayerCache>) -> Result<Vec<Array>>| -> Result<(f64, f64)> {
+        let time = |f: &dyn Fn(&mut Vec<LayerCache>) -> Result<Vec<Array>>| -> Result<Sample> {
             for _ in 0..3 {
                 let mut cache = context.clone(); // warm-up: kernels compile on first use
                 sample(|| f(&mut cache))?;
@@ -135,9 +149,9 @@ impl Engine {
             }
             Ok(medians(samples))
         };
-        let (decode_queued_ms, decode_ms) = time(&|c| decode(c))?;
-        let (verify_queued_ms, verify_ms) = time(&|c| verify(c, None))?;
-        let (_, verify_rollback_ms) = time(&|c| verify(c, Some(block / 2)))?;
+        let decoded = time(&|c| decode(c))?;
+        let verified = time(&|c| verify(c, None))?;
+        let verify_rollback_ms = time(&|c| verify(c, Some(block / 2)))?.total_ms;
         let draft = match self.drafter() {
             Some(drafter) if prompt_tokens > block => {
                 let context_taps = prefill.taps.as_ref().expect("the prefill tapped");
@@ -168,15 +182,17 @@ impl Engine {
         Ok(VerifyCost {
             prompt_tokens,
             block,
-            decode_ms,
-            verify_ms,
+            decode_ms: decoded.total_ms,
+            verify_ms: verified.total_ms,
             verify_rollback_ms,
-            ratio: verify_ms / decode_ms,
-            ratio_with_rollback: verify_rollback_ms / decode_ms,
-            decode_queued_ms,
-            verify_queued_ms,
-            draft_ms: draft.map(|d| d.1),
-            draft_queued_ms: draft.map(|d| d.0),
+            ratio: verified.total_ms / decoded.total_ms,
+            ratio_with_rollback: verify_rollback_ms / decoded.total_ms,
+            decode_queued_ms: decoded.queued_ms,
+            verify_queued_ms: verified.queued_ms,
+            decode_built_ms: decoded.built_ms,
+            verify_built_ms: verified.built_ms,
+            draft_ms: draft.as_ref().map(|d| d.total_ms),
+            draft_queued_ms: draft.as_ref().map(|d| d.queued_ms),
         })
     }
 }
