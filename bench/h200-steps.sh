@@ -215,7 +215,7 @@ p.exists() or v.write_checkpoint(p, v.SHAPES['qwen3.6-35b-a3b'])"
       run 500 smoke-also env ${also//,/ } "$bin" smoke
       ;;
     hostcost)
-      # what one call costs the host, by kind of call (docs/gpu.md, "Stub bodies")
+      # what one call costs the host, by kind of call (docs/gpu.md, "What a call costs the host, by kind")
       run 120 hostcost python3 bench/host_cost.py
       ;;
     save)

@@ -1,20 +1,19 @@
 """What one operation costs the host on MLX's CUDA backend, by kind of
-operation (docs/gpu.md, "What a call costs the host").
+operation (docs/gpu.md, "What a call costs the host, by kind").
 
     python bench/host_cost.py [--calls 1000] [--repeats 5]
 
 A decode step is bound by the host's time to build and queue its graph
 (some 13 us an operation). This chains CALLS calls of one kind on a tiny
-array (so the GPU's part is a few microseconds a kernel, none for a view) and times, per
-call: building the lazy graph (the Python call and MLX's op), queueing it
+array (so the GPU's part is a few microseconds a kernel, none for a
+view) and times, per call: building the lazy graph (the Python call and MLX's op), queueing it
 (`mx.async_eval`: every primitive's `eval_gpu` and the CUDA graph's nodes)
 and the whole until `mx.synchronize` returns. Kinds: MLX's own `add` and
-`fast.rms_norm`, and `fast.cuda_kernel` calls of one copy kernel whose
-source is tiny, padded with a comment to the size of our quantized
-matmul's compacted source (7 KB) or larger (MLX copies a custom kernel's
-whole source into every call), given eight template values, or called
-through a stub body under the same name once the whole one has been
-compiled (`custom_kernel::stubs`). Medians over REPEATS chains.
+`fast.rms_norm`, a `reshape` (a view), and `fast.cuda_kernel` calls of
+one copy kernel whose source is tiny, or padded with a comment to 7 KB or
+more (MLX copies a custom kernel's whole source into every call and
+hashes it), with or without eight template values. Medians over REPEATS
+chains.
 """
 
 import argparse
@@ -24,13 +23,11 @@ import time
 
 import mlx.core as mx
 
+# N, the array's size, is a constant: from the header or a template value.
 BODY = """
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < x_size) { y[i] = x[i]; }
+    if (i < N) { y[i] = x[i]; }
 """
-# `x_size` is not something MLX passes; the size comes as a template value
-# or a constant, so the body reads it from `N`.
-BODY = BODY.replace("x_size", "N")
 
 
 def kernel(name, pad, templated):
@@ -43,17 +40,8 @@ def kernel(name, pad, templated):
     )
 
 
-def custom(name, pad, templated, stub=False):
+def custom(name, pad, templated):
     k = kernel(name, pad, templated)
-    if stub:
-        full = k
-        k = mx.fast.cuda_kernel(
-            name=name,
-            input_names=["x"],
-            output_names=["y"],
-            source='#error "a stub was compiled"\n',
-            header="constexpr int N = 1024;\n",
-        )
     template = [("N", 1024)] + [(f"T{i}", i) for i in range(7)] if templated else None
 
     def call(x):
@@ -66,11 +54,6 @@ def custom(name, pad, templated, stub=False):
             template=template,
         )[0]
 
-    if stub:
-        # the whole body compiled first, under the name the stub calls use
-        x = mx.ones((1024,), mx.float32)
-        mx.eval(full(inputs=[x], output_shapes=[x.shape], output_dtypes=[x.dtype],
-                     grid=(1024, 1, 1), threadgroup=(256, 1, 1))[0])
     return call
 
 

@@ -80,8 +80,8 @@
 
 #if PACKED
 // The template ints packed into three (a call's host cost grows with each
-// template value: docs/gpu.md, "What a call costs the host"): CFG holds
-// BITS (bits 0-3), HALF (4), NT (5-8), MT (9-11), GLU (12), RES (13) and
+// template value: docs/gpu.md, "What a call costs the host, by kind"): CFG
+// holds BITS (bits 0-3), HALF (4), NT (5-8), MT (9-11), GLU (12), RES (13) and
 // GATHER (14-15); P12 holds P1 (bits 0-14) and P2 (15-29); P3 as it is.
 constexpr int BITS = CFG & 15;
 constexpr int HALF = (CFG >> 4) & 1;

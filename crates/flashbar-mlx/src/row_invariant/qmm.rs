@@ -24,7 +24,7 @@ static QMM_PACKED: Body = Body::new(
 /// `1` passes a call's template ints to MLX packed into three where they
 /// fit: MLX formats, copies and hashes each template value on every call,
 /// some 0.2 us of host time a value (docs/gpu.md, "What a call costs the
-/// host"). The kernel unpacks them into the same constants, so its machine
+/// host, by kind"). The kernel unpacks them into the same constants, so its machine
 /// code is the same. Opt-in until a GPU run has timed it (docs/gpu.md,
 /// "Left to do").
 pub const PACKED_TEMPLATE_ENV: &str = "FLASHBAR_QMM_PACKED_TEMPLATE";
