@@ -407,7 +407,7 @@ mod tests {
             // the same PTX.
             if file == "qmm.cu" {
                 let get = |k: &str| template.iter().find(|(n, _)| *n == k).unwrap().1;
-                let ints = crate::row_invariant::qmm::Template {
+                let ints = crate::row_invariant::qmm_body::Template {
                     bits: get("BITS"),
                     half: get("HALF"),
                     nt: get("NT"),

@@ -29,7 +29,8 @@ use mlx_rs::{Array, Dtype};
 
 mod head;
 mod moe;
-pub(crate) mod qmm;
+mod qmm;
+pub(crate) mod qmm_body;
 pub use head::{attention_head, head_params, takes_attention_head, HeadShape};
 pub use moe::{
     moe_combine, moe_combine_normed, moe_route, takes_combine, takes_route, Combine, Routes,
