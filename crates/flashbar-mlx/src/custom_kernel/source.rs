@@ -421,7 +421,7 @@ mod tests {
                 assert_eq!(body.name, "qmm_packed");
                 let by_packed = Launch {
                     body,
-                    template: &packed,
+                    template: packed.as_slice(),
                     ..spec
                 };
                 let (wrapped, _) = source(&by_packed, &name).unwrap();

@@ -393,7 +393,7 @@ pub(crate) fn quantized_matmul_tiled(
         // Past 32 rows, a block per tile of rows as well (the body's second axis).
         grid: [blocks * 32 * warps, (m + tile_rows - 1) / tile_rows, 1],
         group: [32 * warps, 1, 1],
-        template: &template,
+        template: template.as_slice(),
     })?)
 }
 
@@ -609,7 +609,7 @@ pub(crate) fn gather_quantized_matmul_tiled(
         outputs: &[(vec![ps[1], out_n], x.dtype())],
         grid: [blocks * 32 * warps, gather_blocks(ps[1], experts_n), 1],
         group: [32 * warps, 1, 1],
-        template: &template,
+        template: template.as_slice(),
     })?)
 }
 

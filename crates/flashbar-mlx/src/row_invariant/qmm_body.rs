@@ -42,26 +42,47 @@ pub(crate) struct Template {
     pub parts: [i32; 3],
 }
 
+/// A call's template values, kept on the stack (a call allocates nothing
+/// of ours): ten, or the packed three.
+#[derive(Debug)]
+pub(crate) struct Ints {
+    values: [(&'static str, i32); 10],
+    len: usize,
+}
+
+impl Ints {
+    pub(crate) fn as_slice(&self) -> &[(&'static str, i32)] {
+        &self.values[..self.len]
+    }
+}
+
 impl Template {
     /// The body and its template values: packed into three where every
     /// field fits its bits (and [`PACKED_TEMPLATE_ENV`] allows), else ten.
-    pub(crate) fn launch(&self, packed: bool) -> (&'static Body, Vec<(&'static str, i32)>) {
+    pub(crate) fn launch(&self, packed: bool) -> (&'static Body, Ints) {
         match self.packed().filter(|_| packed) {
-            Some([cfg, p12, p3]) => (&QMM_PACKED, vec![("CFG", cfg), ("P12", p12), ("P3", p3)]),
+            Some([cfg, p12, p3]) => {
+                let mut values = [("", 0); 10];
+                values[..3].copy_from_slice(&[("CFG", cfg), ("P12", p12), ("P3", p3)]);
+                (&QMM_PACKED, Ints { values, len: 3 })
+            }
             None => (
                 &QMM,
-                vec![
-                    ("BITS", self.bits),
-                    ("HALF", self.half),
-                    ("NT", self.nt),
-                    ("MT", self.mt),
-                    ("GLU", self.glu),
-                    ("RES", self.res),
-                    ("GATHER", self.gather),
-                    ("P1", self.parts[0]),
-                    ("P2", self.parts[1]),
-                    ("P3", self.parts[2]),
-                ],
+                Ints {
+                    values: [
+                        ("BITS", self.bits),
+                        ("HALF", self.half),
+                        ("NT", self.nt),
+                        ("MT", self.mt),
+                        ("GLU", self.glu),
+                        ("RES", self.res),
+                        ("GATHER", self.gather),
+                        ("P1", self.parts[0]),
+                        ("P2", self.parts[1]),
+                        ("P3", self.parts[2]),
+                    ],
+                    len: 10,
+                },
             ),
         }
     }
@@ -112,7 +133,7 @@ mod tests {
         };
         let (body, ints) = t.launch(true);
         assert_eq!(body.name, "qmm_packed");
-        let [("CFG", cfg), ("P12", p12), ("P3", p3)] = ints[..] else {
+        let [("CFG", cfg), ("P12", p12), ("P3", p3)] = *ints.as_slice() else {
             panic!("{ints:?}")
         };
         // As kernels/cuda/qmm.cu reads them.
@@ -132,8 +153,8 @@ mod tests {
             ..t
         };
         let (body, ints) = wide.launch(true);
-        assert_eq!((body.name, ints.len()), ("qmm", 10));
-        assert_eq!(ints[7], ("P1", 40_000));
-        assert_eq!(t.launch(false).1.len(), 10, "packing turned off");
+        assert_eq!((body.name, ints.as_slice().len()), ("qmm", 10));
+        assert_eq!(ints.as_slice()[7], ("P1", 40_000));
+        assert_eq!(t.launch(false).1.as_slice().len(), 10, "packing turned off");
     }
 }
