@@ -12,14 +12,16 @@ and the whole until `mx.synchronize` returns. Kinds: MLX's own `add` and
 `fast.rms_norm`, a `reshape` (a view), and `fast.cuda_kernel` calls of
 one copy kernel whose source is tiny, or padded with a comment to 7 KB or
 more (MLX copies a custom kernel's whole source into every call and
-hashes it), with or without eight template values. Medians over REPEATS
-chains.
+hashes it), with or without eight template values, and the 7 KB body by
+`#include` of a file. Medians over REPEATS chains.
 """
 
 import argparse
 import json
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import mlx.core as mx
 
@@ -30,18 +32,24 @@ BODY = """
 """
 
 
-def kernel(name, pad, templated):
+def kernel(name, pad, templated, include=None):
     source = BODY
     if pad:
         source += "\n/*" + ("x" * 78 + "\n") * (pad // 79) + "*/\n"
+    if include:
+        # the body in a file of its own, MLX given a line that includes it
+        # (docs/gpu.md, "Bodies by include")
+        path = Path(include) / f"{name}.cuh"
+        path.write_text(source)
+        source = f'#include "{path}"\n'
     header = "" if templated else "constexpr int N = 1024;\n"
     return mx.fast.cuda_kernel(
         name=name, input_names=["x"], output_names=["y"], source=source, header=header
     )
 
 
-def custom(name, pad, templated):
-    k = kernel(name, pad, templated)
+def custom(name, pad, templated, include=None):
+    k = kernel(name, pad, templated, include)
     template = [("N", 1024)] + [(f"T{i}", i) for i in range(7)] if templated else None
 
     def call(x):
@@ -78,6 +86,7 @@ def main():
     args = parser.parse_args()
     x = mx.ones((1024,), mx.float32)
     w = mx.ones((1024,), mx.float32)
+    bodies = tempfile.mkdtemp(prefix="host-cost-")
     kinds = {
         "mlx add": lambda y: y + 1.0,
         "mlx fast.rms_norm": lambda y: mx.fast.rms_norm(y, w, 1e-6),
@@ -89,6 +98,7 @@ def main():
         f"cuda_kernel, source {args.pad} B": custom("hc_pad", args.pad, False),
         "cuda_kernel, tiny source, 8 template values": custom("hc_tmpl", 0, True),
         "cuda_kernel, source 7 KB, 8 template values": custom("hc_both", 7000, True),
+        "cuda_kernel, source 7 KB by #include": custom("hc_incl", 7000, False, bodies),
     }
     rows = []
     for name, op in kinds.items():
