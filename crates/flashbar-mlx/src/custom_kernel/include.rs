@@ -18,10 +18,9 @@ use super::Body;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// Opt-in until a GPU run has timed it and checked it end to end (docs/gpu.md,
-/// "Left to do"): `1` writes the bodies to `~/.cache/flashbar/cuda-bodies`,
-/// another path names the folder; unset or `0` gives MLX the bodies
-/// themselves.
+/// On by default since an H100 timed it (docs/gpu.md, "Bodies by include"):
+/// unset or `1` writes the bodies to `~/.cache/flashbar/cuda-bodies`,
+/// another path names the folder; `0` gives MLX the bodies themselves.
 pub const ENV: &str = "FLASHBAR_KERNEL_BODIES";
 
 fn folder() -> Option<&'static Path> {
@@ -29,7 +28,7 @@ fn folder() -> Option<&'static Path> {
     FOLDER
         .get_or_init(|| {
             cfg!(all(feature = "cuda", target_os = "linux"))
-                .then(|| disk::folder(ENV, "cuda-bodies", false))
+                .then(|| disk::folder(ENV, "cuda-bodies", true))
                 .flatten()
         })
         .as_deref()

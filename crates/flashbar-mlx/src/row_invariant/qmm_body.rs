@@ -16,17 +16,17 @@ static QMM_PACKED: Body = Body::new(
     ),
 );
 
-/// `1` passes a call's template ints to MLX packed into three where they
-/// fit: MLX formats, copies and hashes each template value on every call,
-/// some 0.2 us of host time a value (docs/gpu.md, "What a call costs the
-/// host, by kind"). The kernel unpacks them into the same constants, so
-/// its machine code is the same. Opt-in until a GPU run has timed it
-/// (docs/gpu.md, "Left to do").
+/// A call's template ints go to MLX packed into three where they fit
+/// (`0` passes the ten): MLX formats, copies and hashes each template value
+/// on every call, some 0.2 us of host time a value (docs/gpu.md, "What a
+/// call costs the host, by kind"). The kernel unpacks them into the same
+/// constants, so its machine code is the same. On by default since an H100
+/// timed it (docs/gpu.md, "Template values packed").
 pub const PACKED_TEMPLATE_ENV: &str = "FLASHBAR_QMM_PACKED_TEMPLATE";
 
 pub(super) fn packed_template() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var(PACKED_TEMPLATE_ENV).as_deref() == Ok("1"))
+    *ON.get_or_init(|| std::env::var(PACKED_TEMPLATE_ENV).as_deref() != Ok("0"))
 }
 
 /// A qmm call's template ints (`kernels/cuda/qmm.cu` says what each is).
