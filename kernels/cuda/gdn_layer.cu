@@ -41,11 +41,15 @@
 // The schedule (docs/gpu.md, "One kernel per gated-delta layer"): a step
 // done alone would wait on its own global loads (the conv inputs, b, a, z)
 // and on five block-wide barriers; here the steps go in tiles of TT:
-// - A, the tile's steps side by side (warp w takes steps w, w + WARPS, ...):
-//   conv + SiLU of q, k and v, the q/k norms, beta and g, into shared memory;
+// - A1, every thread on the tile's conv + SiLU values of q, k and v (each
+//   its own channels of each step), beta and g, into shared memory; A2, a
+//   warp a step (warp w takes steps w, w + WARPS, ...): the q/k norms;
 // - B, the recurrence, step after step, each thread on its own state row
 //   (no barrier inside: what a step reads was written in A);
-// - C, the tile's steps side by side again: the gated RMSNorm and the output.
+// - C1, a warp a step: the gated RMSNorm's sum; C2, every thread on the
+//   tile's outputs.
+// The state's rows are read and written as float4 where the arrays allow
+// (docs/gpu.md, "The gated-delta layer's state, loaded by rows").
 // Each value is computed by the same operations in the same order as when
 // the steps ran one by one (this schedule's outputs equal that one's bit
 // for bit; docs/gpu.md). The two block sums (the q/k norms' and the gated
@@ -122,6 +126,7 @@ __shared__ float vs[TT][DV];      // conv + SiLU of v
 __shared__ float ys[TT][DV];      // the recurrence's outputs, rounded
 __shared__ float betas[TT];
 __shared__ float gs[TT];
+__shared__ float norms[TT];       // the gated norm's factor of each step
 
 // The butterfly of gdn_layer.cu's block sums, over one warp's lanes.
 auto butterfly = [](float x) -> float {
@@ -138,28 +143,66 @@ const float q_scale = round_to(consts[2], DT);
 const float k_scale = round_to(consts[3], DT);
 const float decay = expf(a_log[hv]);
 
+// 16-byte accesses to a row where DK allows and the array is aligned so.
+auto by_float4 = [](const void* base) -> bool {
+  return DK % 4 == 0 && (reinterpret_cast<size_t>(base) & 15) == 0;
+};
+const size_t row_at = ((b * HV + hv) * DV + dv) * DK;
 float s[DK];
+if (owns_row && by_float4(state)) {
 #pragma unroll
-for (int j = 0; j < DK; ++j) {
-  s[j] = owns_row ? state[((b * HV + hv) * DV + dv) * DK + j] : 0.0f;
+  for (int j = 0; j + 3 < DK; j += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(state + row_at + j);
+    s[j] = v.x;
+    s[j + 1] = v.y;
+    s[j + 2] = v.z;
+    s[j + 3] = v.w;
+  }
+} else {
+#pragma unroll
+  for (int j = 0; j < DK; ++j) {
+    s[j] = owns_row ? state[row_at + j] : 0.0f;
+  }
 }
 
 for (int t0 = 0; t0 < T; t0 += TT) {
   const int steps = min(TT, T - t0);
 
-  // A: q, k, v, beta, g of each step of the tile.
+  // A1: conv + SiLU of the head's q, k and v channels at each step of the
+  // tile, every thread on its own (step, channel) pairs; beta and g.
+  constexpr int PER_STEP = 2 * DK + DV;
+  for (int e = tid; e < steps * PER_STEP; e += NT) {
+    const int i = e / PER_STEP;
+    const int x = e % PER_STEP;
+    if (x < DK) {
+      qk[i][x] = conv_silu(t0 + i, hk * DK + x);
+    } else if (x < 2 * DK) {
+      qk[i][x] = conv_silu(t0 + i, HK * DK + hk * DK + (x - DK));
+    } else {
+      vs[i][x - 2 * DK] = conv_silu(t0 + i, 2 * HK * DK + hv * DV + (x - 2 * DK));
+    }
+  }
+  if (tid < steps) {
+    const size_t head = (b * T + t0 + tid) * HV + hv;
+    betas[tid] = round_to(sigmoid(load(b_in, head)), DT);
+    const float ab = round_to(load(a_in, head) + dt_bias[hv], RA);
+    const float softplus = round_to(fmaxf(ab, 0.0f) + log1pf(expf(-fabsf(ab))), RA);
+    const float g = expf(-(decay * softplus));
+    gs[tid] = g;
+    g_tape[head] = g;
+  }
+  __syncthreads();
+
+  // A2: the q/k norms, a warp a step.
   for (int i = warp; i < steps; i += WARPS) {
-    const int t = t0 + i;
-    const size_t bt = b * T + t;
+    const size_t bt = b * T + t0 + i;
     float tq = 0.0f, tk = 0.0f;
     for (int group = 0; group < WARPS; ++group) {
       const int tau = 32 * group + lane;
       float sq = 0.0f, sk = 0.0f;
       for (int c = tau; c < DK; c += NT) {
-        const float qv = conv_silu(t, hk * DK + c);
-        const float kv = conv_silu(t, HK * DK + hk * DK + c);
-        qk[i][c] = qv;
-        qk[i][DK + c] = kv;
+        const float qv = qk[i][c];
+        const float kv = qk[i][DK + c];
         sq = __fadd_rn(sq, __fmul_rn(qv, qv));
         sk = __fadd_rn(sk, __fmul_rn(kv, kv));
       }
@@ -175,18 +218,6 @@ for (int t0 = 0; t0 < T; t0 += TT) {
       if (first_of_key) {
         k_tape[(bt * HK + hk) * DK + c] = qk[i][DK + c];
       }
-    }
-    for (int r = lane; r < DV; r += 32) {
-      vs[i][r] = conv_silu(t, 2 * HK * DK + hv * DV + r);
-    }
-    if (lane == 0) {
-      const size_t head = bt * HV + hv;
-      betas[i] = round_to(sigmoid(load(b_in, head)), DT);
-      const float ab = round_to(load(a_in, head) + dt_bias[hv], RA);
-      const float softplus = round_to(fmaxf(ab, 0.0f) + log1pf(expf(-fabsf(ab))), RA);
-      const float g = expf(-(decay * softplus));
-      gs[i] = g;
-      g_tape[head] = g;
     }
   }
   __syncthreads();
@@ -215,30 +246,43 @@ for (int t0 = 0; t0 < T; t0 += TT) {
   }
   __syncthreads();
 
-  // C: the gated RMSNorm over each step's DV outputs.
+  // C1: the gated RMSNorm's factor over each step's DV outputs, a warp a
+  // step (every lane ends with the same sum).
   for (int i = warp; i < steps; i += WARPS) {
-    const size_t head = (b * T + t0 + i) * HV + hv;
     float total = 0.0f;
     for (int group = 0; group < WARPS; ++group) {
       const int tau = 32 * group + lane;
       const float y = tau < DV ? ys[i][tau] : 0.0f;
       total = __fadd_rn(total, butterfly(__fmul_rn(y, y)));
     }
-    const float r = rsqrtf(total / DV + eps_norm);
-    for (int row = lane; row < DV; row += 32) {
-      const float normed = round_to(norm_w[row] * (ys[i][row] * r), RN);
-      const float zf = load(z, head * DV + row);
-      const float gate = __fmul_rn(zf, sigmoid(zf));
-      store(out, head * DV + row, __fmul_rn(gate, normed));
+    if (lane == 0) {
+      norms[i] = rsqrtf(total / DV + eps_norm);
     }
+  }
+  __syncthreads();
+
+  // C2: the outputs, every thread on its own (step, row) pairs.
+  for (int e = tid; e < steps * DV; e += NT) {
+    const int i = e / DV;
+    const int row = e % DV;
+    const size_t head = (b * T + t0 + i) * HV + hv;
+    const float normed = round_to(norm_w[row] * (ys[i][row] * norms[i]), RN);
+    const float zf = load(z, head * DV + row);
+    const float gate = __fmul_rn(zf, sigmoid(zf));
+    store(out, head * DV + row, __fmul_rn(gate, normed));
   }
   __syncthreads();
 }
 
-if (owns_row) {
+if (owns_row && by_float4(state_out)) {
+#pragma unroll
+  for (int j = 0; j + 3 < DK; j += 4) {
+    *reinterpret_cast<float4*>(state_out + row_at + j) = make_float4(s[j], s[j + 1], s[j + 2], s[j + 3]);
+  }
+} else if (owns_row) {
 #pragma unroll
   for (int j = 0; j < DK; ++j) {
-    state_out[((b * HV + hv) * DV + dv) * DK + j] = s[j];
+    state_out[row_at + j] = s[j];
   }
 }
 // The new conv state: rows T .. T+K-2 of [conv_state; qkv]. The key head's
