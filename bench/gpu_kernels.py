@@ -354,6 +354,18 @@ def check_gdn(old_path=None):
         out(**row)
 
 
+def profile_gdn(tokens):
+    """A few calls of gdn_layer.cu at the 9B's heads (bf16, `tokens` a call),
+    each evaluated alone: what `bench/h200-steps.sh gdnprof` runs under
+    Nsight Compute."""
+    hk, hv, dk, dv = 16, 32, 128, 128
+    ins = gdn_inputs(tokens, hk, hv, dk, dv, mx.bfloat16, 11)
+    mx.eval(ins)
+    for _ in range(6):
+        mx.eval(gdn_layer(GDN_LAYER, "flashbar_gdn_layer", ins, hk, hv, dk, dv, mx.bfloat16))
+    out(check="gdn layer profiled", tokens=tokens, calls=6)
+
+
 def check_mlx_ops():
     """The MLX ops a decode step and a verify share besides ours: are their
     rows invariant too? (depthwise conv1d of the gated-delta layers, rms_norm)."""
@@ -439,6 +451,8 @@ def main():
     parser.add_argument("--gdn-old", default=None, metavar="FILE",
                         help="with --gdn-only: also against this older body of gdn_layer.cu, bit for "
                              "bit, and timed beside it")
+    parser.add_argument("--gdn-profile", type=int, default=None, metavar="T",
+                        help="only six calls of gdn_layer.cu at the 9B's heads, T tokens each (for ncu)")
     args = parser.parse_args()
     # Where a stuck run waits (a kernel, a compile), every 60 s.
     faulthandler.dump_traceback_later(60, repeat=True)
@@ -446,6 +460,8 @@ def main():
     steps = (lambda: check_qmm(args.quick, args.combos), check_experts, check_attn, check_mlx_ops)
     if args.experts_only:
         steps = (check_experts,)
+    elif args.gdn_profile is not None:
+        steps = (lambda: profile_gdn(args.gdn_profile),)
     elif args.gdn_only:
         steps = (lambda: check_gdn(args.gdn_old),)
     elif args.attn_only:

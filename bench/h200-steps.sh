@@ -19,6 +19,7 @@
 # prefillfix (the prefill's products in our kernel and in MLX's: repeated, timed; smoke),
 # round8k (the 9B's DFlash round at 8,192 tokens, three times, and once with $ALSO),
 # hostab (the 35B-A3B's host part, ours and $ALSO in turn), smoke-also (smoke with $ALSO), hostcost (one call's host cost by kind: bench/host_cost.py),
+# gdnprof (the gated-delta layer kernel under Nsight Compute at T = 1 and 16),
 # save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0); several
 # columns separated by ';' (vs9b, vs35 and round35 run each, the other steps the first).
@@ -79,6 +80,16 @@ for step in "$@"; do
         --model "$nine" --sequence
       run 200 steptime35 python3 bench/launch_counts.py --flashbar "$bin" \
         --model target/bench/qwen3.6-35b-a3b-4bit --sequence
+      ;;
+    gdnprof)
+      # the gated-delta layer kernel under Nsight Compute, one call at T = 1
+      # and one at 16: where its time goes (stall reasons, memory, occupancy)
+      for t in 1 16; do
+        run 200 "gdnprof$t" ncu --clock-control none --kernel-name regex:gdn_layer --launch-skip 4 \
+          --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+          --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+          --section SourceCounters python3 bench/gpu_kernels.py --gdn-profile "$t"
+      done
       ;;
     sequence)
       run 200 sequence python3 bench/launch_counts.py --flashbar "$bin" --model "$nine" \
