@@ -83,12 +83,16 @@ for step in "$@"; do
       ;;
     gdnprof)
       # the gated-delta layer kernel under Nsight Compute, one call at T = 1
-      # and one at 16: where its time goes (stall reasons, memory, occupancy)
-      for t in 1 16; do
-        run 200 "gdnprof$t" ncu --clock-control none --kernel-name regex:gdn_layer --launch-skip 4 \
-          --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
-          --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-          --section SourceCounters python3 bench/gpu_kernels.py --gdn-profile "$t"
+      # and one at 16, a thread a state row and four: where its time goes
+      # (stall reasons, memory, occupancy)
+      for split in 1 4; do
+        for t in 1 16; do
+          run 200 "gdnprof$t-split$split" ncu --clock-control none --kernel-name regex:gdn_layer \
+            --launch-skip 4 --launch-count 1 --section SpeedOfLight --section Occupancy \
+            --section LaunchStats --section WarpStateStats --section SchedulerStats \
+            --section MemoryWorkloadAnalysis --section SourceCounters \
+            python3 bench/gpu_kernels.py --gdn-profile "$t" --gdn-split "$split"
+        done
       done
       ;;
     sequence)

@@ -22,12 +22,15 @@
 //   float* k_tape          [B, T, HK, DK] normalized keys (for a rollback)
 //   float* g_tape          [B, T, HV]     decays
 //   float* delta           [B, T, HV, DV] per-step updates
-// Template ints: HK, HV, DK, DV, K, NT (threads a block: DV rounded up to a
+// Template ints: HK, HV, DK, DV, K, SPLIT (threads a state row: 1, or 4 where
+// DK is a multiple of 16), NT (threads a block: SPLIT * DV rounded up to a
 // warp), DT (the activations: 0 f32, 1 bf16, 2 f16), RA (the type a + dt_bias
 // is rounded to: its promotion), RN (the gated norm's output type).
 //
-// One block per (b, value head), NT threads; thread dv < DV owns state row
-// dv (its DK values in registers). Per step t, in the order of the MLX ops
+// One block per (b, value head), NT threads; the SPLIT threads SPLIT dv ..
+// SPLIT dv + SPLIT - 1 own state row dv < DV, in registers: with SPLIT = 1
+// the whole row, else part p the float4 columns 4 p, 4 p + 4 SPLIT, ...
+// (docs/gpu.md, "A state row over four threads"). Per step t, in the order of the MLX ops
 // path (flashbar-models `nn::gated_delta`), each value rounded to the type
 // the op it replaces returns:
 //   conv over the K rows ending at t, SiLU = x * sigmoid(x)    (DT)
@@ -35,7 +38,9 @@
 //   beta = sigmoid(b);  g = exp(-exp(A_log) * softplus(a + dt_bias))
 //   s = s * g;  kv = <s, k>;  delta = (v - kv) * beta;  s = s + k * delta;
 //   y = <s, q>  (as gdn_record.cu: the state updates never contracted into
-//   an FMA, so gdn_replay.cu replays them bit for bit)
+//   an FMA, so gdn_replay.cu replays them bit for bit; a dot product is each
+//   part's FMA chain over its columns in order, then with SPLIT > 1 the
+//   parts' sums over a butterfly of the row's threads)
 //   out = silu(z) * rms_norm(y) * norm_w
 //
 // The schedule (docs/gpu.md, "One kernel per gated-delta layer"): a step
@@ -53,8 +58,9 @@
 // Each value is computed by the same operations in the same order as when
 // the steps ran one by one (this schedule's outputs equal that one's bit
 // for bit; docs/gpu.md). The two block sums (the q/k norms' and the gated
-// norm's) have a fixed order: thread tau (of NT) would add its channels
-// tau, tau + NT, ... in order, each warp of threads sum over a butterfly,
+// norm's) have a fixed order: thread tau (of RT, DV rounded up to a warp,
+// whatever SPLIT is) would add its channels
+// tau, tau + RT, ... in order, each warp of threads sum over a butterfly,
 // and the warps' sums be added in warp order; one warp plays each of those
 // warps of threads in turn (lane l as thread 32 g + l), the same
 // butterflies, then the same in-order sum. Nothing depends on T or on the
@@ -64,6 +70,10 @@
 const int T = qkv_shape[1];
 constexpr int C = 2 * HK * DK + HV * DV;
 constexpr int WARPS = NT / 32;
+constexpr int RT = (DV + 31) / 32 * 32;  // the block sums' threads (above)
+constexpr int RWARPS = RT / 32;
+constexpr int SL = DK / SPLIT;  // state values a thread
+static_assert(SPLIT == 1 || (DK % (4 * SPLIT) == 0 && 32 % SPLIT == 0), "SPLIT");
 const int tid = threadIdx.x;
 const int lane = tid & 31;
 const int warp = tid >> 5;
@@ -71,8 +81,19 @@ const int hv = blockIdx.x % HV;
 const size_t b = blockIdx.x / HV;
 const int hk = hv / (HV / HK);
 const bool first_of_key = hv % (HV / HK) == 0;
-const bool owns_row = tid < DV;
-const int dv = tid;
+const int dv = tid / SPLIT;    // the state row this thread has a part of
+const int part = tid % SPLIT;
+const bool owns_row = dv < DV;
+// The row's column of this thread's l-th state value.
+auto column = [&](int l) -> int { return (l / 4) * (4 * SPLIT) + 4 * part + l % 4; };
+// A dot product's parts, summed over the row's threads (every lane runs it).
+auto across = [](float x) -> float {
+#pragma unroll
+  for (int offset = 1; offset < SPLIT; offset <<= 1) {
+    x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  }
+  return x;
+};
 
 auto load = [](const void* base, size_t at) -> float {
   if constexpr (DT == 0) {
@@ -148,20 +169,20 @@ auto by_float4 = [](const void* base) -> bool {
   return DK % 4 == 0 && (reinterpret_cast<size_t>(base) & 15) == 0;
 };
 const size_t row_at = ((b * HV + hv) * DV + dv) * DK;
-float s[DK];
+float s[SL];
 if (owns_row && by_float4(state)) {
 #pragma unroll
-  for (int j = 0; j + 3 < DK; j += 4) {
-    const float4 v = *reinterpret_cast<const float4*>(state + row_at + j);
-    s[j] = v.x;
-    s[j + 1] = v.y;
-    s[j + 2] = v.z;
-    s[j + 3] = v.w;
+  for (int l = 0; l + 3 < SL; l += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(state + row_at + column(l));
+    s[l] = v.x;
+    s[l + 1] = v.y;
+    s[l + 2] = v.z;
+    s[l + 3] = v.w;
   }
 } else {
 #pragma unroll
-  for (int j = 0; j < DK; ++j) {
-    s[j] = owns_row ? state[row_at + j] : 0.0f;
+  for (int l = 0; l < SL; ++l) {
+    s[l] = owns_row ? state[row_at + column(l)] : 0.0f;
   }
 }
 
@@ -197,10 +218,10 @@ for (int t0 = 0; t0 < T; t0 += TT) {
   for (int i = warp; i < steps; i += WARPS) {
     const size_t bt = b * T + t0 + i;
     float tq = 0.0f, tk = 0.0f;
-    for (int group = 0; group < WARPS; ++group) {
+    for (int group = 0; group < RWARPS; ++group) {
       const int tau = 32 * group + lane;
       float sq = 0.0f, sk = 0.0f;
-      for (int c = tau; c < DK; c += NT) {
+      for (int c = tau; c < DK; c += RT) {
         const float qv = qk[i][c];
         const float kv = qk[i][DK + c];
         sq = __fadd_rn(sq, __fmul_rn(qv, qv));
@@ -222,26 +243,33 @@ for (int t0 = 0; t0 < T; t0 += TT) {
   }
   __syncthreads();
 
-  // B: the recurrence, one state row a thread.
-  if (owns_row) {
+  // B: the recurrence, a state row a thread (or SPLIT threads: then every
+  // thread runs it, for the butterflies).
+  if (SPLIT > 1 || owns_row) {
     for (int i = 0; i < steps; ++i) {
       const size_t head = (b * T + t0 + i) * HV + hv;
       const float g = gs[i];
       float kv = 0.0f;
 #pragma unroll
-      for (int j = 0; j < DK; ++j) {
-        s[j] = __fmul_rn(s[j], g);
-        kv = fmaf(s[j], qk[i][DK + j], kv);
+      for (int l = 0; l < SL; ++l) {
+        s[l] = __fmul_rn(s[l], g);
+        kv = fmaf(s[l], qk[i][DK + column(l)], kv);
       }
-      const float d = __fmul_rn(__fsub_rn(vs[i][dv], kv), betas[i]);
-      delta[head * DV + dv] = d;
+      kv = across(kv);
+      const float d = __fmul_rn(__fsub_rn(owns_row ? vs[i][dv] : 0.0f, kv), betas[i]);
+      if (owns_row && part == 0) {
+        delta[head * DV + dv] = d;
+      }
       float acc = 0.0f;
 #pragma unroll
-      for (int j = 0; j < DK; ++j) {
-        s[j] = __fadd_rn(s[j], __fmul_rn(qk[i][DK + j], d));
-        acc = fmaf(s[j], qk[i][j], acc);
+      for (int l = 0; l < SL; ++l) {
+        s[l] = __fadd_rn(s[l], __fmul_rn(qk[i][DK + column(l)], d));
+        acc = fmaf(s[l], qk[i][column(l)], acc);
       }
-      ys[i][dv] = round_to(acc, DT);
+      acc = across(acc);
+      if (owns_row && part == 0) {
+        ys[i][dv] = round_to(acc, DT);
+      }
     }
   }
   __syncthreads();
@@ -250,7 +278,7 @@ for (int t0 = 0; t0 < T; t0 += TT) {
   // step (every lane ends with the same sum).
   for (int i = warp; i < steps; i += WARPS) {
     float total = 0.0f;
-    for (int group = 0; group < WARPS; ++group) {
+    for (int group = 0; group < RWARPS; ++group) {
       const int tau = 32 * group + lane;
       const float y = tau < DV ? ys[i][tau] : 0.0f;
       total = __fadd_rn(total, butterfly(__fmul_rn(y, y)));
@@ -276,13 +304,14 @@ for (int t0 = 0; t0 < T; t0 += TT) {
 
 if (owns_row && by_float4(state_out)) {
 #pragma unroll
-  for (int j = 0; j + 3 < DK; j += 4) {
-    *reinterpret_cast<float4*>(state_out + row_at + j) = make_float4(s[j], s[j + 1], s[j + 2], s[j + 3]);
+  for (int l = 0; l + 3 < SL; l += 4) {
+    *reinterpret_cast<float4*>(state_out + row_at + column(l)) =
+        make_float4(s[l], s[l + 1], s[l + 2], s[l + 3]);
   }
 } else if (owns_row) {
 #pragma unroll
-  for (int j = 0; j < DK; ++j) {
-    state_out[row_at + j] = s[j];
+  for (int l = 0; l < SL; ++l) {
+    state_out[row_at + column(l)] = s[l];
   }
 }
 // The new conv state: rows T .. T+K-2 of [conv_state; qkv]. The key head's
@@ -295,7 +324,7 @@ for (int r = 0; r < K - 1; ++r) {
             conv_input(T + r, HK * DK + hk * DK + c));
     }
   }
-  if (owns_row) {
+  if (owns_row && part == 0) {
     const int ch = 2 * HK * DK + hv * DV + dv;
     store(conv_out, (b * (K - 1) + r) * C + ch, conv_input(T + r, ch));
   }

@@ -191,17 +191,18 @@ def gdn_layer_variants(name):
     layer = (KERNELS / f"{name}.cu").read_text()
     # The embedded target's heads and the 9B's; activations f32 / bf16 / f16,
     # with dt_bias and the norm weight of the same type or f32.
-    for (hk, hv, dk, dv), dt, mixed in itertools.product(
-            ((4, 8, 64, 64), (16, 32, 128, 128)), (0, 1, 2), (0, 1)):
+    # A state row over one thread or four (gdn_kernels::layer's SPLIT).
+    for (hk, hv, dk, dv), dt, mixed, split in itertools.product(
+            ((4, 8, 64, 64), (16, 32, 128, 128)), (0, 1, 2), (0, 1), (1, 4)):
         t = ("f32", "bf16", "f16")[dt]
         rounded = 0 if mixed else dt
-        yield (f"{name} HK={hk} DV={dv} DT={dt} mixed={mixed}", layer,
+        yield (f"{name} HK={hk} DV={dv} DT={dt} mixed={mixed} SPLIT={split}", layer,
                [("qkv", t), ("z", t), ("b_in", t), ("a_in", t), ("conv_state", t)]
                + [(n, "f32") for n in ("conv_w", "a_log", "dt_bias", "norm_w", "consts", "state")],
                [("out", t), ("state_out", "f32"), ("conv_out", t), ("k_tape", "f32"),
                 ("g_tape", "f32"), ("delta", "f32")],
-               [("HK", hk), ("HV", hv), ("DK", dk), ("DV", dv), ("K", 4), ("NT", (dv + 31) // 32 * 32),
-                ("DT", dt), ("RA", rounded), ("RN", rounded)])
+               [("HK", hk), ("HV", hv), ("DK", dk), ("DV", dv), ("K", 4), ("SPLIT", split),
+                ("NT", (split * dv + 31) // 32 * 32), ("DT", dt), ("RA", rounded), ("RN", rounded)])
 
 
 def test_every_cuda_kernel_body_compiles_for_the_h200():
@@ -231,6 +232,24 @@ def test_the_quantized_matmul_keeps_to_its_registers():
         if int(stores.group(1)):
             spills[label] = stores.group(0)
     assert not spills, spills
+
+
+def test_a_split_gated_delta_layer_fits_its_block():
+    # With a state row over four threads a block is 4 DV threads (512 at the
+    # 9B's heads): a launch of 512 needs at most 128 registers a thread, and
+    # the state (a quarter row a thread) should stay out of local memory.
+    lib = nvrtc()
+    for label, body, inputs, outputs, template in gdn_layer_variants("gdn_layer"):
+        if "SPLIT=4" not in label:
+            continue
+        status, log = compile_log(lib, wrap(body, inputs, outputs, template), [b"--ptxas-options=-v"])
+        assert status == 0, (label, log[:2000])
+        registers = re.search(r"Used (\d+) registers", log)
+        stores = re.search(r"(\d+) bytes spill stores", log)
+        assert registers and stores, (label, log[:2000])
+        threads = dict(template)["NT"]
+        assert int(registers.group(1)) * threads <= 65536, (label, registers.group(0), threads)
+        assert int(stores.group(1)) == 0, (label, stores.group(0))
 
 
 def test_a_broken_body_is_reported():

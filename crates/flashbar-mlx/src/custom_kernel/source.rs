@@ -364,7 +364,39 @@ mod tests {
                     ("DK", 64),
                     ("DV", 64),
                     ("K", 4),
+                    ("SPLIT", 1),
                     ("NT", 64),
+                    ("DT", 1),
+                    ("RA", 1),
+                    ("RN", 1),
+                ],
+            ),
+            (
+                "gdn_layer.cu",
+                ["qkv", "z", "b_in", "a_in", "conv_state"]
+                    .map(|n| (n, a(bf, 3)))
+                    .into_iter()
+                    .chain(
+                        ["conv_w", "a_log", "dt_bias", "norm_w", "consts", "state"]
+                            .map(|n| (n, a(f, 2))),
+                    )
+                    .collect(),
+                vec![
+                    ("out", bf),
+                    ("state_out", f),
+                    ("conv_out", bf),
+                    ("k_tape", f),
+                    ("g_tape", f),
+                    ("delta", f),
+                ],
+                vec![
+                    ("HK", 4),
+                    ("HV", 8),
+                    ("DK", 64),
+                    ("DV", 64),
+                    ("K", 4),
+                    ("SPLIT", 4),
+                    ("NT", 256),
                     ("DT", 1),
                     ("RA", 1),
                     ("RN", 1),

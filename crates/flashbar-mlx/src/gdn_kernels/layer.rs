@@ -108,6 +108,30 @@ impl LayerParams {
     }
 }
 
+/// `4` runs a state row over four threads where the shape allows (docs/gpu.md,
+/// "A state row over four threads"); unset or `1`, a thread a row. Opt-in
+/// until a GPU run has timed it: its dot products sum in another order
+/// (the same for every T, so a verify still equals its decode steps).
+pub const SPLIT_ENV: &str = "FLASHBAR_GDN_SPLIT";
+
+fn split_asked() -> i32 {
+    static SPLIT: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *SPLIT.get_or_init(|| match std::env::var(SPLIT_ENV).as_deref() {
+        Ok("4") => 4,
+        _ => 1,
+    })
+}
+
+/// The threads a state row gets: `asked` where DK divides into its float4
+/// columns and the block stays within 1,024 threads, else one.
+fn split_for(shape: &LayerShape, asked: i32) -> i32 {
+    if asked > 1 && shape.dk % (4 * asked) == 0 && asked * shape.dv <= 1024 {
+        asked
+    } else {
+        1
+    }
+}
+
 /// The type MLX gives a binary op of two float types: the same type, else f32.
 fn promoted(a: Dtype, b: Dtype) -> Dtype {
     if a == b {
@@ -207,13 +231,15 @@ pub fn layer(
         }
     }
     let state = state.as_dtype(Dtype::Float32)?;
-    let threads = (dv + 31) / 32 * 32;
+    let split = split_for(shape, split_asked());
+    let threads = (split * dv + 31) / 32 * 32;
     let template = [
         ("HK", hk),
         ("HV", hv),
         ("DK", dk),
         ("DV", dv),
         ("K", shape.conv_kernel),
+        ("SPLIT", split),
         ("NT", threads),
         ("DT", type_code(dtype)?),
         ("RA", type_code(promoted(dtype, params.dt_bias_type))?),
@@ -275,3 +301,34 @@ pub fn layer(
 /// The layer kernel's source, for the tests of its arguments.
 #[cfg(test)]
 pub(super) const SOURCE: &str = include_str!("../../../../kernels/cuda/gdn_layer.cu");
+
+#[cfg(test)]
+mod split_tests {
+    use super::*;
+
+    fn shape(dk: i32, dv: i32) -> LayerShape {
+        LayerShape {
+            hk: 1,
+            hv: 1,
+            dk,
+            dv,
+            conv_kernel: 4,
+            qk_eps: 1e-6,
+            norm_eps: 1e-6,
+            q_scale: 1.0,
+            k_scale: 1.0,
+        }
+    }
+
+    #[test]
+    fn a_row_splits_only_where_its_columns_and_the_block_allow() {
+        assert_eq!(split_for(&shape(128, 128), 4), 4);
+        assert_eq!(split_for(&shape(64, 64), 4), 4);
+        assert_eq!(split_for(&shape(128, 128), 1), 1);
+        // 40 columns are not whole float4 groups of four threads
+        assert_eq!(split_for(&shape(40, 128), 4), 1);
+        // 4 x 512 threads would pass the block's limit
+        assert_eq!(split_for(&shape(128, 512), 4), 1);
+        assert_eq!(split_for(&shape(128, 256), 4), 4);
+    }
+}
