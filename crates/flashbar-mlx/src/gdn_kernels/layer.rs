@@ -33,13 +33,22 @@ pub struct LayerShape {
 
 impl LayerShape {
     /// Whether the kernel can take this shape: a value head's rows fit one
-    /// block, a key head's q and k fit its shared memory.
+    /// block, and a tile's q, k, v and outputs fit its static shared memory
+    /// (48 KB; 128-wide heads take 16.1 KB). Another shape runs the ops path.
     pub fn supported(&self) -> bool {
         (1..=1024).contains(&self.dv)
             && (1..=1024).contains(&self.dk)
             && (1..=8).contains(&self.conv_kernel)
             && self.hk >= 1
             && self.hv % self.hk == 0
+            && self.shared_bytes() <= 48 * 1024
+    }
+
+    /// The kernel's shared arrays: `qk[TT][2 DK]`, `vs` and `ys[TT][DV]`,
+    /// and three of `[TT]` floats, with TT = 8 steps a tile (gdn_layer.cu).
+    pub(super) fn shared_bytes(&self) -> i64 {
+        const TT: i64 = 8;
+        4 * TT * (2 * self.dk as i64 + 2 * self.dv as i64 + 3)
     }
 
     fn channels(&self) -> i32 {

@@ -186,6 +186,34 @@ fn the_layer_kernel_is_cuda_only_and_refuses_what_it_cannot_run() {
     assert!(shape.supported());
     assert!(!LayerShape { hv: 3, ..shape }.supported());
     assert!(!LayerShape { dv: 2048, ..shape }.supported());
+    // A tile's arrays past 48 KB of static shared memory: the ops path.
+    assert!(LayerShape {
+        dk: 128,
+        dv: 128,
+        ..shape
+    }
+    .supported());
+    assert!(LayerShape {
+        dk: 256,
+        dv: 256,
+        ..shape
+    }
+    .supported());
+    assert!(!LayerShape {
+        dk: 512,
+        dv: 512,
+        ..shape
+    }
+    .supported());
+    assert_eq!(
+        LayerShape {
+            dk: 128,
+            dv: 128,
+            ..shape
+        }
+        .shared_bytes(),
+        16_480
+    );
     let channels = 2 * 2 * 8 + 4 * 8;
     let params = LayerParams::new(
         &shape,
