@@ -20,6 +20,7 @@
 # round8k (the 9B's DFlash round at 8,192 tokens, three times, and once with $ALSO),
 # hostab (the 35B-A3B's host part, ours and $ALSO in turn), smoke-also (smoke with $ALSO), hostcost (one call's host cost by kind: bench/host_cost.py),
 # gdnprof (the gated-delta layer kernel under Nsight Compute at T = 1 and 16),
+# tune (bench/qmm_tune.py --dependent at the 9B's decode shapes, the stacked maps' included),
 # save (kernel caches).
 # ALSO: environment settings to compare (default FLASHBAR_SPLIT_PARTS=0); several
 # columns separated by ';' (vs9b, vs35 and round35 run each, the other steps the first).
@@ -80,6 +81,12 @@ for step in "$@"; do
         --model "$nine" --sequence
       run 200 steptime35 python3 bench/launch_counts.py --flashbar "$bin" \
         --model target/bench/qwen3.6-35b-a3b-4bit --sequence
+      ;;
+    tune)
+      # every (tiles, warps) launch of our matmul at the 9B's decode shapes
+      # (o_proj, down, lm_head and the three stacked maps), chained and in
+      # dependent chains, beside MLX's: the launch rule's next revision
+      run 500 tune python3 bench/qmm_tune.py --dependent --only 2 4 5 11 12 13
       ;;
     gdnprof)
       # the gated-delta layer kernel under Nsight Compute, one call at T = 1

@@ -53,6 +53,11 @@ SHAPES = [
     ("35B-A3B", "attn q_proj", 2048, 8192), ("35B-A3B", "attn o_proj", 4096, 2048),
     ("35B-A3B", "expert gate/up", 2048, 512), ("35B-A3B", "lm_head", 2048, 248320),
     ("9B", "gdn b / a", 4096, 32),
+    # The 9B's maps as the engine stacks them (docs/gpu.md, "Fewer calls"):
+    # a gated-delta layer's qkv, z, b and a; an attention's q (with its
+    # gate), k and v; the MLP's gate and up (paired for the GLU end).
+    ("9B", "gdn in_proj stacked", 4096, 8192 + 4096 + 32 + 32), ("9B", "attn q/k/v stacked", 4096, 8192 + 1024 + 1024),
+    ("9B", "mlp gate/up paired", 4096, 24576),
 ]
 
 
