@@ -13,7 +13,10 @@ and the whole until `mx.synchronize` returns. Kinds: MLX's own `add` and
 one copy kernel whose source is tiny, or padded with a comment to 7 KB or
 more (MLX copies a custom kernel's whole source into every call and
 hashes it), with or without eight template values, and the 7 KB body by
-`#include` of a file. Medians over REPEATS chains.
+`#include` of a file; and a kernel that also reads a one-value argument,
+made from a host value on every call (as the attention's position and
+length were, docs/gpu.md "One-value arguments made once") or the same
+array every call. Medians over REPEATS chains.
 """
 
 import argparse
@@ -65,6 +68,27 @@ def custom(name, pad, templated, include=None):
     return call
 
 
+SCALED = """
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < 1024) { y[i] = x[i] * s[0]; }
+"""
+
+
+def with_scalar(fresh):
+    """A copy kernel that reads a one-value argument: a new array from a
+    host value each call (a small managed-memory buffer the host writes),
+    or one array made once."""
+    k = mx.fast.cuda_kernel(name="hc_scalar", input_names=["x", "s"], output_names=["y"], source=SCALED)
+    once = mx.array([1.0], mx.float32)
+
+    def call(x):
+        s = mx.array([1.0], mx.float32) if fresh else once
+        return k(inputs=[x, s], output_shapes=[x.shape], output_dtypes=[x.dtype],
+                 grid=(1024, 1, 1), threadgroup=(256, 1, 1))[0]
+
+    return call
+
+
 def chain(op, x, calls):
     start = time.perf_counter()
     y = x
@@ -99,6 +123,8 @@ def main():
         "cuda_kernel, tiny source, 8 template values": custom("hc_tmpl", 0, True),
         "cuda_kernel, source 7 KB, 8 template values": custom("hc_both", 7000, True),
         "cuda_kernel, source 7 KB by #include": custom("hc_incl", 7000, False, bodies),
+        "cuda_kernel + a one-value array made each call": with_scalar(True),
+        "cuda_kernel + the same one-value array each call": with_scalar(False),
     }
     rows = []
     for name, op in kinds.items():

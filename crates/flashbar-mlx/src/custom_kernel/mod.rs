@@ -28,6 +28,7 @@ mod nvrtc;
 mod nvrtc_cache;
 #[cfg(all(feature = "cuda", target_os = "linux"))]
 mod precompiled;
+pub(crate) mod scalars;
 #[cfg_attr(not(all(feature = "cuda", target_os = "linux")), allow(dead_code))]
 mod source;
 #[cfg(not(target_os = "macos"))]

@@ -104,7 +104,7 @@ pub fn replay(
             dims.steps
         )));
     }
-    let n_steps = Array::from_slice(&[n], &[1]);
+    let n_steps = crate::custom_kernel::scalars::int(n);
     let mut outputs = launch(&Launch {
         body: &source::REPLAY,
         input_names: &["state0", "k", "g", "delta", "n_steps"],

@@ -98,7 +98,7 @@ pub fn attention_head(
     }
     let (b, t) = (qg.shape()[0], qg.shape()[1]);
     let dtype = if qg.dtype() == Dtype::Bfloat16 { 1 } else { 2 };
-    let offset = Array::from_slice(&[offset], &[1]);
+    let offset = custom_kernel::scalars::int(offset);
     let blocks = b * t * (shape.heads + 2 * shape.kv_heads);
     let outputs = custom_kernel::launch(&Launch {
         body: &HEAD,

@@ -273,7 +273,7 @@ fn attention(
         Dtype::Bfloat16 => 1,
         _ => 2,
     };
-    let scale = Array::from_slice(&[scale], &[1]);
+    let scale = custom_kernel::scalars::float(scale);
     let kv_heads = keys.shape()[1];
     let filled = length.unwrap_or(keys.shape()[2]);
     let chunks = (filled + ATTN_CHUNK - 1) / ATTN_CHUNK;
@@ -285,7 +285,7 @@ fn attention(
     ];
     // Each chunk's partial softmax, then the chunks merged in order
     // (kernels/cuda/attn_rows.cu, attn_merge.cu).
-    let length = length.map(|n| Array::from_slice(&[n], &[1]));
+    let length = length.map(custom_kernel::scalars::int);
     let (body, input_names, inputs): (&Body, &[&str], Vec<&Array>) = match &length {
         Some(n) => (
             &ATTN_ROOM,
