@@ -340,71 +340,47 @@ mod tests {
                 vec![("state_out", f)],
                 gdn.clone(),
             ),
-            (
-                "gdn_layer.cu",
-                ["qkv", "z", "b_in", "a_in", "conv_state"]
-                    .map(|n| (n, a(bf, 3)))
-                    .into_iter()
-                    .chain(
-                        ["conv_w", "a_log", "dt_bias", "norm_w", "consts", "state"]
-                            .map(|n| (n, a(f, 2))),
-                    )
-                    .collect(),
-                vec![
-                    ("out", bf),
-                    ("state_out", f),
-                    ("conv_out", bf),
-                    ("k_tape", f),
-                    ("g_tape", f),
-                    ("delta", f),
-                ],
-                vec![
-                    ("HK", 4),
-                    ("HV", 8),
-                    ("DK", 64),
-                    ("DV", 64),
-                    ("K", 4),
-                    ("SPLIT", 1),
-                    ("NT", 64),
-                    ("DT", 1),
-                    ("RA", 1),
-                    ("RN", 1),
-                ],
-            ),
-            (
-                "gdn_layer.cu",
-                ["qkv", "z", "b_in", "a_in", "conv_state"]
-                    .map(|n| (n, a(bf, 3)))
-                    .into_iter()
-                    .chain(
-                        ["conv_w", "a_log", "dt_bias", "norm_w", "consts", "state"]
-                            .map(|n| (n, a(f, 2))),
-                    )
-                    .collect(),
-                vec![
-                    ("out", bf),
-                    ("state_out", f),
-                    ("conv_out", bf),
-                    ("k_tape", f),
-                    ("g_tape", f),
-                    ("delta", f),
-                ],
-                vec![
-                    ("HK", 4),
-                    ("HV", 8),
-                    ("DK", 64),
-                    ("DV", 64),
-                    ("K", 4),
-                    ("SPLIT", 4),
-                    ("NT", 256),
-                    ("DT", 1),
-                    ("RA", 1),
-                    ("RN", 1),
-                ],
-            ),
         ];
+        // The gated-delta layer, a thread a state row and four.
+        let gdn_layers: Vec<Case> = [(1, 64), (4, 256)]
+            .into_iter()
+            .map(|(split, threads)| {
+                (
+                    "gdn_layer.cu",
+                    ["qkv", "z", "b_in", "a_in", "conv_state"]
+                        .map(|n| (n, a(bf, 3)))
+                        .into_iter()
+                        .chain(
+                            ["conv_w", "a_log", "dt_bias", "norm_w", "consts", "state"]
+                                .map(|n| (n, a(f, 2))),
+                        )
+                        .collect(),
+                    vec![
+                        ("out", bf),
+                        ("state_out", f),
+                        ("conv_out", bf),
+                        ("k_tape", f),
+                        ("g_tape", f),
+                        ("delta", f),
+                    ],
+                    vec![
+                        ("HK", 4),
+                        ("HV", 8),
+                        ("DK", 64),
+                        ("DV", 64),
+                        ("K", 4),
+                        ("SPLIT", split),
+                        ("NT", threads),
+                        ("DT", 1),
+                        ("RA", 1),
+                        ("RN", 1),
+                    ],
+                )
+            })
+            .collect();
         let mut failures = Vec::new();
-        for (n, (file, inputs, outputs, template)) in cases.into_iter().chain(moe).enumerate() {
+        let all = cases.into_iter().chain(moe).chain(gdn_layers);
+        for (n, (file, inputs, outputs, template)) in all.enumerate() {
             let input_names: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
             let input_arrays: Vec<&Array> = inputs.iter().map(|(_, a)| a).collect();
             let output_names: Vec<&str> = outputs.iter().map(|(n, _)| *n).collect();
