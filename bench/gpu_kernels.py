@@ -303,6 +303,20 @@ def gdn_layer(source, name, ins, hk, hv, dk, dv, dt, split=1):
              output_dtypes=[dt, mx.float32, dt, mx.float32, mx.float32, mx.float32])
 
 
+GDN_REPLAY = (ROOT / "kernels/cuda/gdn_replay.cu").read_text()
+
+
+def gdn_replay(source, name, state0, k, g, delta, n, hk, hv, dk, dv):
+    """One launch of gdn_replay.cu as `gdn_kernels::replay` launches it: the
+    first n steps of a tape replayed from state0, a thread a state row."""
+    f = kernel(name, source, ["state0", "k", "g", "delta", "n_steps"], ["state_out"])
+    rows = state0.shape[0] * hv * dv
+    return f(inputs=[state0, k, g, delta, mx.array([n], mx.int32)],
+             template=[("HK", hk), ("HV", hv), ("DK", dk), ("DV", dv)],
+             grid=(rows, 1, 1), threadgroup=(64, 1, 1),
+             output_shapes=[state0.shape], output_dtypes=[mx.float32])[0]
+
+
 def gdn_inputs(t, hk, hv, dk, dv, dt, seed):
     c = 2 * hk * dk + hv * dv
     keys = mx.random.split(mx.random.key(seed), 11)
@@ -315,7 +329,7 @@ def gdn_inputs(t, hk, hv, dk, dv, dt, seed):
             normal(10, (1, hv, dv, dk), 0.1)]
 
 
-def check_gdn(old_path=None):
+def check_gdn(old_path=None, old_replay_path=None):
     """kernels/cuda/gdn_layer.cu: its T-token call against its own 1-token
     calls in turn (the out rows and the final state, bit for bit); with
     `old_path` (another body of the same kernel, e.g. the one before an
@@ -323,8 +337,12 @@ def check_gdn(old_path=None):
     then timed chained at T = 1 and 16 (beside the old body). The same
     for a state row over four threads (`split` 4): its block against its
     steps bit for bit, its outputs against a thread a row's within
-    rounding (its dot products sum in another order), timed beside."""
+    rounding (its dot products sum in another order), timed beside.
+    gdn_replay.cu on the block's tape: the first n steps replayed equal the
+    state after n one-token calls, bit for bit (and, with
+    `old_replay_path`, the older replay body's, timed beside)."""
     old = Path(old_path).read_text() if old_path else None
+    old_replay = Path(old_replay_path).read_text() if old_replay_path else None
     for hk, hv, dk, dv in ((4, 8, 64, 64), (16, 32, 128, 128)):
         for dt in (mx.bfloat16, mx.float32):
             for t in (1, 2, 8, 9, 16, 17, 100) if old else ():
@@ -340,12 +358,26 @@ def check_gdn(old_path=None):
             for split in (1, 4):
                 block = gdn_layer(GDN_LAYER, "flashbar_gdn_layer", ins, hk, hv, dk, dv, dt, split)
                 blocks[split] = block
-                conv, state, rows = ins[4], ins[10], []
+                conv, state, rows, states = ins[4], ins[10], [], [ins[10]]
                 for i in range(t):
                     one = [a[:, i:i + 1] for a in ins[:4]] + [conv] + ins[5:10] + [state]
                     step = gdn_layer(GDN_LAYER, "flashbar_gdn_layer", one, hk, hv, dk, dv, dt, split)
                     rows.append(step[0])
                     conv, state = step[2], step[1]
+                    states.append(state)
+                if split == 1:
+                    # A rollback: the block's tape replayed n steps from its start.
+                    for n in (0, 1, 7, t):
+                        tape = (ins[10], block[3], block[4], block[5], n, hk, hv, dk, dv)
+                        replayed = gdn_replay(GDN_REPLAY, "flashbar_gdn_replay", *tape)
+                        ok = mx.array_equal(replayed, states[n]).item()
+                        row = dict(check="gdn_replay vs the layer's steps", heads=hv, dim=dk, steps=n,
+                                   dtype=str(dt).split(".")[-1], ok=bool(ok))
+                        if old_replay:
+                            before = gdn_replay(old_replay, "flashbar_gdn_replay_old", *tape)
+                            row["old_body_bit_identical"] = bool(mx.array_equal(replayed, before).item())
+                            row["ok"] = row["ok"] and row["old_body_bit_identical"]
+                        out(**row)
                 same = mx.array_equal(block[0], mx.concatenate(rows, axis=1)).item() and \
                     mx.array_equal(block[1], state).item()
                 out(check="gdn_layer block vs steps", heads=hv, dim=dk, split=split,
@@ -372,6 +404,18 @@ def check_gdn(old_path=None):
                                   for i in range(64)])
             row[f"{label}_us"] = round(us * 1e6, 1)
         out(**row)
+    # The replay of 8 steps at the 9B's heads, chained, beside the old body.
+    state0 = 0.1 * mx.random.normal((1, hv, dv, dk), key=mx.random.key(3))
+    tapes = [(state0, mx.random.normal((1, 16, hk, dk), key=mx.random.key(4 + i)),
+              mx.random.uniform(0.5, 1.0, (1, 16, hv), key=mx.random.key(8 + i)),
+              mx.random.normal((1, 16, hv, dv), key=mx.random.key(12 + i))) for i in range(4)]
+    mx.eval(tapes)
+    row = dict(check="gdn replay speed", heads=hv, dim=dk, steps=8)
+    for label, source, name in [("now", GDN_REPLAY, "flashbar_gdn_replay")] + (
+            [("old", old_replay, "flashbar_gdn_replay_old")] if old_replay else []):
+        us = chained(lambda: [gdn_replay(source, name, *tapes[i % 4], 8, hk, hv, dk, dv) for i in range(64)])
+        row[f"{label}_us"] = round(us * 1e6, 1)
+    out(**row)
 
 
 def profile_gdn(tokens, split):
@@ -471,6 +515,8 @@ def main():
     parser.add_argument("--gdn-old", default=None, metavar="FILE",
                         help="with --gdn-only: also against this older body of gdn_layer.cu, bit for "
                              "bit, and timed beside it")
+    parser.add_argument("--gdn-replay-old", default=None, metavar="FILE",
+                        help="with --gdn-only: an older body of gdn_replay.cu, bit for bit and timed beside")
     parser.add_argument("--gdn-profile", type=int, default=None, metavar="T",
                         help="only six calls of gdn_layer.cu at the 9B's heads, T tokens each (for ncu)")
     parser.add_argument("--gdn-split", type=int, default=1, choices=(1, 4),
@@ -485,7 +531,7 @@ def main():
     elif args.gdn_profile is not None:
         steps = (lambda: profile_gdn(args.gdn_profile, args.gdn_split),)
     elif args.gdn_only:
-        steps = (lambda: check_gdn(args.gdn_old),)
+        steps = (lambda: check_gdn(args.gdn_old, args.gdn_replay_old),)
     elif args.attn_only:
         steps = (check_attn,) + (() if args.no_speed else (speed_attn,))
     elif not args.no_speed:

@@ -59,7 +59,8 @@ for step in "$@"; do
       restore cuda-jit "$CUDA_CACHE_PATH"
       ;;
     gdn)
-      run 200 gdn python3 bench/gpu_kernels.py --gdn-only ${GDN_OLD:+--gdn-old "$GDN_OLD"}
+      run 200 gdn python3 bench/gpu_kernels.py --gdn-only ${GDN_OLD:+--gdn-old "$GDN_OLD"} \
+        ${GDN_REPLAY_OLD:+--gdn-replay-old "$GDN_REPLAY_OLD"}
       grep -c '"ok": true' "$OUT/gdn.txt"; grep '"ok": false' "$OUT/gdn.txt" | head -5
       ;;
     vs9b)
