@@ -8,6 +8,13 @@ machine without a GPU, against the arithmetic it claims.
 its result must equal the recurrence s = s * g; s = s + k * delta, each op
 rounded once (numpy's float32 arithmetic), bit for bit, on the float4 path
 (aligned arrays) and on the scalar one (arrays one float off alignment).
+
+Kernels whose threads cooperate run with an OS thread a CUDA thread (below):
+`kernels/cuda/gdn_layer.cu`, a thread a state row and four, must give a
+block of tokens what its one-token calls give, bit for bit (what lossless
+DFlash needs), and four threads a row what one does within rounding. The
+host's rsqrtf and expf are not the GPU's, so these check the kernel's
+logic, not the GPU's bits (bench/h200-steps.sh gdn checks those).
 """
 
 import ctypes
@@ -126,3 +133,156 @@ def test_a_replay_that_skips_the_decay_is_caught():
     state0, k, g, delta = tape()
     want = recurrence(state0, k, g, delta, 3, HK, HV)
     assert not np.array_equal(replayed(broken, 3, False), want)
+
+
+# Kernels whose threads do cooperate run too, one OS thread a CUDA thread:
+# __shared__ arrays are the body's static locals, __syncthreads a barrier of
+# the block, a shuffle an exchange through a warp's buffer between two
+# barriers of the warp. Blocks run one after another.
+HOST_CUDA_THREADS = """
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+#include <algorithm>
+using std::min;
+using std::max;
+struct Dim3 { unsigned int x, y, z; };
+static Dim3 blockIdx, blockDim;
+static thread_local Dim3 threadIdx;
+struct float4 { float x, y, z, w; };
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
+struct __nv_bfloat16 { unsigned short v; };
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  unsigned int u; std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {0x7fc0};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return {(unsigned short)(u >> 16)};
+}
+static inline float __bfloat162float(__nv_bfloat16 b) { return __uint_as_float((unsigned int)b.v << 16); }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.v; }
+struct __half { _Float16 v; };
+static inline __half __float2half_rn(float f) { return {(_Float16)f}; }
+static inline float __half2float(__half h) { return (float)h.v; }
+static inline unsigned short __half_as_ushort(__half h) { unsigned short u; std::memcpy(&u, &h.v, 2); return u; }
+static inline __half __ushort_as_half(unsigned short u) { __half h; std::memcpy(&h.v, &u, 2); return h; }
+static std::barrier<>* block_barrier;
+static std::vector<std::barrier<>*> warp_barriers;
+static float warp_buffer[32][32];
+static inline void __syncthreads() { block_barrier->arrive_and_wait(); }
+static inline void __syncwarp(unsigned int = 0xffffffffu) { warp_barriers[threadIdx.x / 32]->arrive_and_wait(); }
+static inline float __shfl_xor_sync(unsigned int, float x, int offset) {
+  const unsigned int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  warp_buffer[warp][lane] = x;
+  __syncwarp();
+  const float y = warp_buffer[warp][lane ^ offset];
+  __syncwarp();
+  return y;
+}
+#define __shared__ static
+"""
+
+
+def host_block_kernel(body, params, template, blocks, threads):
+    """`body` compiled as a host function of `params`, run for `blocks`
+    blocks of `threads` threads (a multiple of 32), the threads of a block
+    at once."""
+    if not shutil.which("g++"):
+        pytest.skip("no C++ compiler")
+    constants = "".join(f"constexpr int {k} = {v};\n" for k, v in template)
+    names = ", ".join(p.rsplit(" ", 1)[1].lstrip("*") for p in params)
+    source = (HOST_CUDA_THREADS + "static void thread_body(" + ", ".join(params) + ") {\n" + constants + body
+              + "\n}\nextern \"C\" void run(" + ", ".join(params) + ") {\n"
+              + f"  blockDim = Dim3{{{threads}, 1, 1}};\n"
+              + f"  std::barrier<> block({threads});\n  block_barrier = &block;\n"
+              + f"  std::vector<std::barrier<>*> warps;\n"
+              + f"  for (int w = 0; w < {threads} / 32; ++w) warps.push_back(new std::barrier<>(32));\n"
+              + "  warp_barriers = warps;\n"
+              + f"  for (unsigned int b = 0; b < {blocks}; ++b) {{\n"
+              + "    blockIdx = Dim3{b, 0, 0};\n    std::vector<std::thread> pool;\n"
+              + f"    for (unsigned int t = 0; t < {threads}; ++t)\n"
+              + f"      pool.emplace_back([=] {{ threadIdx = Dim3{{t, 0, 0}}; thread_body({names}); }});\n"
+              + "    for (auto& th : pool) th.join();\n  }\n"
+              + "  for (auto* w : warps) delete w;\n}\n")
+    scratch = Path(tempfile.mkdtemp(prefix="host-kernel-"))
+    (scratch / "k.cpp").write_text(source)
+    subprocess.run(["g++", "-O1", "-std=c++20", "-ffp-contract=off", "-fPIC", "-shared", "-pthread",
+                    "-o", str(scratch / "k.so"), str(scratch / "k.cpp")], check=True)
+    return ctypes.CDLL(str(scratch / "k.so")).run
+
+
+# The gated-delta layer at a small shape: 2 key heads, 4 value heads, 64 wide
+# (two warps' worth of channels, so the block sums run over two groups).
+L_HK, L_HV, L_DK, L_DV, L_K = 2, 4, 64, 64, 4
+L_C = 2 * L_HK * L_DK + L_HV * L_DV
+
+
+def layer_inputs(t, seed):
+    rng = np.random.default_rng(seed)
+    f = lambda *shape, scale=1.0: (scale * rng.standard_normal(shape)).astype(np.float32)
+    return [f(1, t, L_C), f(1, t, L_HV * L_DV), f(1, t, L_HV), f(1, t, L_HV), f(1, L_K - 1, L_C),
+            f(L_C, L_K, scale=0.5), np.log(rng.uniform(1.0, 16.0, L_HV)).astype(np.float32),
+            f(L_HV, scale=0.1), (1.0 + f(L_DV, scale=0.1)).astype(np.float32),
+            np.array([1e-6, 1e-6, L_DK ** -1.0, L_DK ** -0.5], np.float32), f(1, L_HV, L_DV, L_DK, scale=0.1)]
+
+
+def run_layer(split, ins):
+    """gdn_layer.cu (f32 activations) on the host: its six outputs."""
+    t = ins[0].shape[1]
+    threads = (split * L_DV + 31) // 32 * 32
+    names = ["qkv", "z", "b_in", "a_in", "conv_state", "conv_w", "a_log", "dt_bias", "norm_w", "consts",
+             "state"]
+    params = [f"const float* {n}" for n in names] + ["const int* qkv_shape"] + [
+        f"float* {n}" for n in ("out", "state_out", "conv_out", "k_tape", "g_tape", "delta")]
+    key = (split,)
+    if key not in _layers:
+        _layers[key] = host_block_kernel(
+            (KERNELS / "gdn_layer.cu").read_text(), params,
+            [("HK", L_HK), ("HV", L_HV), ("DK", L_DK), ("DV", L_DV), ("K", L_K), ("SPLIT", split),
+             ("NT", threads), ("DT", 0), ("RA", 0), ("RN", 0)], L_HV, threads)
+    outs = [np.zeros(s, np.float32) for s in ((1, t, L_HV * L_DV), (1, L_HV, L_DV, L_DK), (1, L_K - 1, L_C),
+                                              (1, t, L_HK, L_DK), (1, t, L_HV), (1, t, L_HV, L_DV))]
+    ins = [np.ascontiguousarray(a) for a in ins]
+    shape = np.array(ins[0].shape, np.int32)
+    pointer = lambda a: a.ctypes.data_as(ctypes.c_void_p)
+    _layers[key](*[pointer(a) for a in ins], pointer(shape), *[pointer(a) for a in outs])
+    return outs
+
+
+_layers = {}
+
+
+@pytest.mark.parametrize("split", [1, 4])
+def test_the_layer_kernel_block_equals_its_steps(split):
+    # 10 tokens: a tile of 8 and one of 2. What a verify computes for each
+    # token equals what that token's decode step computes, bit for bit.
+    t = 10
+    ins = layer_inputs(t, 3)
+    block = run_layer(split, ins)
+    conv, state, rows = ins[4], ins[10], []
+    for i in range(t):
+        step = run_layer(split, [a[:, i:i + 1] for a in ins[:4]] + [conv] + ins[5:10] + [state])
+        rows.append(step[0])
+        conv, state = step[2], step[1]
+    assert np.array_equal(block[0], np.concatenate(rows, axis=1))
+    assert np.array_equal(block[1], state) and np.array_equal(block[2], conv)
+
+
+def test_four_threads_a_row_compute_what_one_does():
+    # Only the dot products' order differs: the conv state, the keys and
+    # the decays are the same bits, the rest within float32 rounding.
+    ins = layer_inputs(10, 5)
+    one, four = run_layer(1, ins), run_layer(4, ins)
+    for name, a, b in zip(("out", "state", "conv", "k_tape", "g_tape", "delta"), one, four):
+        if name in ("conv", "k_tape", "g_tape"):
+            assert np.array_equal(a, b), name
+        else:
+            assert np.allclose(a, b, rtol=1e-4, atol=1e-5 * np.abs(a).max()), name
+    assert not np.array_equal(one[1], four[1])  # the order did change
