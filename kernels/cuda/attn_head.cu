@@ -7,7 +7,9 @@
 //
 // A kernel BODY for MLX's fast::cuda_kernel (kernels/README.md). Parameters:
 //   const <T>* qg     [B, T, HQ * 2 D]  the query product: each head's D
-//                     queries, then its D gate values (unread here)
+//                     queries, then its D gate values (unread here); with
+//                     GATED = 0 [B, T, HQ * D], the queries alone (an
+//                     attention without an output gate: the drafter's)
 //   const <T>* k, v   [B, T, HKV * D]   the key and value products
 //   const <T>* qw, kw [D]               the q and k norms' weights
 //   const int* offset [1]               the position of the first of the T tokens
@@ -18,7 +20,8 @@
 //   <T>* k_out, v_out [B, HKV, T, D]    keys normed, rotated; values as given
 // Template ints: D (head dim, a multiple of 32 up to 1024), HQ, HKV, DIMS
 // (the RoPE's dims, even, at most D: the first DIMS of a head rotate, pairs
-// i and i + DIMS / 2), DT (1 bf16, 2 f16). B and T are run-time.
+// i and i + DIMS / 2), DT (1 bf16, 2 f16), GATED (1: qg holds each head's
+// gate after its queries; 0: the queries alone). B and T are run-time.
 //
 // One block of D threads per (b, t, head), heads in the order queries, keys,
 // values; thread d for dim d. Each row is computed alone, so row i of a
@@ -72,7 +75,7 @@ if (head >= HQ + HKV) {
 const bool is_query = head < HQ;
 const int h = is_query ? head : head - HQ;
 const unsigned short* row = is_query
-    ? reinterpret_cast<const unsigned short*>(qg) + (bt * HQ + h) * 2 * D
+    ? reinterpret_cast<const unsigned short*>(qg) + (bt * HQ + h) * (GATED ? 2 : 1) * D
     : reinterpret_cast<const unsigned short*>(k) + (bt * HKV + h) * D;
 const unsigned short* weight =
     reinterpret_cast<const unsigned short*>(is_query ? qw : kw);

@@ -143,14 +143,15 @@ def variants():
                [("part", "f32"), ("stats", "f32"), ("gate", t if gate else "f32")], [("out", t)],
                [("D", dim), ("DT", dt), ("GATE", gate)])
     head = (KERNELS / "attn_head.cu").read_text()
-    # The 9B's attention head, the 35B-A3B's, the embedded target's; bf16 and f16.
-    for (hq, hkv, dim, dims), dt in itertools.product(((16, 4, 256, 64), (16, 2, 256, 64), (6, 2, 64, 16)),
-                                                     (1, 2)):
+    # The 9B's attention head, the 35B-A3B's, the embedded target's; bf16 and f16;
+    # gated (the targets') and not (a drafter's: all of a head's dims rotate).
+    for (hq, hkv, dim, dims), dt, gated in itertools.product(
+            ((16, 4, 256, 64), (16, 2, 256, 64), (6, 2, 64, 16), (32, 8, 128, 128)), (1, 2), (1, 0)):
         t = ("f32", "bf16", "f16")[dt]
-        yield (f"attn_head HQ={hq} HKV={hkv} D={dim} DT={dt}", head,
+        yield (f"attn_head HQ={hq} HKV={hkv} D={dim} DT={dt} GATED={gated}", head,
                [("qg", t), ("k", t), ("v", t), ("qw", t), ("kw", t), ("offset", "i32"), ("params", "f32")],
                [("q_out", t), ("k_out", t), ("v_out", t)],
-               [("D", dim), ("HQ", hq), ("HKV", hkv), ("DIMS", dims), ("DT", dt)])
+               [("D", dim), ("HQ", hq), ("HKV", hkv), ("DIMS", dims), ("DT", dt), ("GATED", gated)])
     route = (KERNELS / "moe_route.cu").read_text()
     combine = (KERNELS / "moe_combine.cu").read_text()
     # The 35B-A3B's 256 experts, 8 a token; the fixtures' 8, 2; a 512-expert, 10-a-token shape.

@@ -286,3 +286,86 @@ def test_four_threads_a_row_compute_what_one_does():
         else:
             assert np.allclose(a, b, rtol=1e-4, atol=1e-5 * np.abs(a).max()), name
     assert not np.array_equal(one[1], four[1])  # the order did change
+
+
+def to_bf16(a):
+    """float32 values rounded to bf16 (to nearest, ties to even): their bits."""
+    u = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bf16(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+H_HQ, H_HKV, H_D, H_T = 4, 2, 64, 3
+
+
+def run_head(gated, dims, q, k, v, qw, kw, offset, params):
+    """attn_head.cu (bf16) on the host: q_out, k_out, v_out as bf16 bits."""
+    b, t = q.shape[:2]
+    if gated:  # each head's queries, then as many gate values (unread)
+        gates = np.full_like(q.reshape(b, t, H_HQ, H_D), 0x3F80)
+        qg = np.concatenate([q.reshape(b, t, H_HQ, H_D), gates], -1).reshape(b, t, -1)
+    else:
+        qg = q
+    key = (gated, dims)
+    if key not in _heads:
+        params_c = ["const unsigned short* qg", "const int* qg_shape", "const unsigned short* k",
+                    "const unsigned short* v", "const unsigned short* qw", "const unsigned short* kw",
+                    "const int* offset", "const float* params", "unsigned short* q_out",
+                    "unsigned short* k_out", "unsigned short* v_out"]
+        _heads[key] = host_block_kernel(
+            (KERNELS / "attn_head.cu").read_text(), params_c,
+            [("D", H_D), ("HQ", H_HQ), ("HKV", H_HKV), ("DIMS", dims), ("DT", 1), ("GATED", gated)],
+            b * t * (H_HQ + 2 * H_HKV), H_D)
+    outs = [np.zeros((b, n, t, H_D), np.uint16) for n in (H_HQ, H_HKV, H_HKV)]
+    arrays = [np.ascontiguousarray(a) for a in (qg, np.array(qg.shape, np.int32), k, v, qw, kw,
+                                                np.array([offset], np.int32), params)]
+    pointer = lambda a: a.ctypes.data_as(ctypes.c_void_p)
+    _heads[key](*[pointer(a) for a in arrays], *[pointer(a) for a in outs])
+    return outs
+
+
+_heads = {}
+
+
+def head_reference(x, w, dims, offset, base, scale, eps):
+    """MLX's rms_norm then rope (not traditional) on `x` [B, T, H, D] (bf16
+    values as float32), rounded as the kernel rounds: [B, H, T, D] floats."""
+    n = 1.0 / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+    y = from_bf16(to_bf16(from_bf16(to_bf16(x * n)) * w))
+    half = dims // 2
+    pos = (offset + np.arange(x.shape[1], dtype=np.float32))[None, :, None, None]
+    inv = np.exp2(-(np.arange(half, dtype=np.float32) / half) * np.log2(base))
+    theta = (scale * pos) * inv
+    x1, x2 = y[..., :half], y[..., half:dims]
+    out = y.copy()
+    out[..., :half] = x1 * np.cos(theta) - x2 * np.sin(theta)
+    out[..., half:dims] = x1 * np.sin(theta) + x2 * np.cos(theta)
+    return from_bf16(to_bf16(out)).transpose(0, 2, 1, 3)
+
+
+@pytest.mark.parametrize("dims", [H_D, 16])
+def test_the_head_kernel_without_a_gate_reads_the_same_queries(dims):
+    # A drafter's query product has no gate columns: the same queries, keys
+    # and values come out as from a gated product, bit for bit, and they
+    # are the norm and the rotation (within a bf16 step of numpy's).
+    rng = np.random.default_rng(11)
+    q = to_bf16(rng.standard_normal((1, H_T, H_HQ * H_D)))
+    k = to_bf16(rng.standard_normal((1, H_T, H_HKV * H_D)))
+    v = to_bf16(rng.standard_normal((1, H_T, H_HKV * H_D)))
+    qw, kw = to_bf16(1 + 0.1 * rng.standard_normal(H_D)), to_bf16(1 + 0.1 * rng.standard_normal(H_D))
+    base, scale, eps, offset = 1e6, 1.0, 1e-6, 37
+    params = np.array([np.log2(base), scale, eps], np.float32)
+    gated = run_head(1, dims, q, k, v, qw, kw, offset, params)
+    plain = run_head(0, dims, q, k, v, qw, kw, offset, params)
+    for a, b in zip(gated, plain):
+        assert np.array_equal(a, b)
+    want_q = head_reference(from_bf16(q).reshape(1, H_T, H_HQ, H_D), from_bf16(qw), dims, offset, base,
+                            scale, eps)
+    want_k = head_reference(from_bf16(k).reshape(1, H_T, H_HKV, H_D), from_bf16(kw), dims, offset, base,
+                            scale, eps)
+    assert np.allclose(from_bf16(plain[0]), want_q, atol=2e-2, rtol=1e-2)
+    assert np.allclose(from_bf16(plain[1]), want_k, atol=2e-2, rtol=1e-2)
+    assert np.array_equal(plain[2], v.reshape(1, H_T, H_HKV, H_D).transpose(0, 2, 1, 3))

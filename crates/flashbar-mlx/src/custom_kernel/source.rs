@@ -300,7 +300,14 @@ mod tests {
                     ("params", a(f, 1)),
                 ],
                 vec![("q_out", bf), ("k_out", bf), ("v_out", bf)],
-                vec![("D", 256), ("HQ", 16), ("HKV", 4), ("DIMS", 64), ("DT", 1)],
+                vec![
+                    ("D", 256),
+                    ("HQ", 16),
+                    ("HKV", 4),
+                    ("DIMS", 64),
+                    ("DT", 1),
+                    ("GATED", 1),
+                ],
             ),
             (
                 "attn_merge.cu",

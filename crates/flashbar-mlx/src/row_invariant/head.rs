@@ -13,14 +13,17 @@ static HEAD: Body = Body::new(
     include_str!("../../../../kernels/cuda/attn_head.cu"),
 );
 
-/// The shape of a gated attention's head: heads, KV heads, head dim and the
-/// RoPE's dims.
+/// The shape of an attention's head: heads, KV heads, head dim, the RoPE's
+/// dims, and whether the query product holds each head's output gate after
+/// its queries (the target's gated attention) or the queries alone (the
+/// drafter's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HeadShape {
     pub heads: i32,
     pub kv_heads: i32,
     pub head_dim: i32,
     pub rope_dims: i32,
+    pub gated: bool,
 }
 
 /// The kernel's float parameters, made once per layer at load: log2 of the
@@ -46,13 +49,14 @@ pub fn takes_attention_head(
         kv_heads,
         head_dim,
         rope_dims,
+        gated,
     } = shape;
     let (q, ks) = (qg.shape(), k.shape());
     q.len() == 3
         && ks.len() == 3
         && v.shape() == ks
         && q[..2] == ks[..2]
-        && q[2] == heads * 2 * head_dim
+        && q[2] == heads * (1 + i32::from(gated)) * head_dim
         && ks[2] == kv_heads * head_dim
         && head_dim % 32 == 0
         && (32..=1024).contains(&head_dim)
@@ -73,7 +77,8 @@ pub fn takes_attention_head(
 /// `[B, kv_heads, T, D]`: what `rms_norm`, `rope` and the transposes give
 /// (each norm's sum of squares in another order, so within a bit of it).
 /// The queries are the first half of each head's `2 * head_dim` columns of
-/// `qg`. Check [`takes_attention_head`] first.
+/// `qg` (all of its `head_dim` where the shape is not gated). Check
+/// [`takes_attention_head`] first.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_head(
     qg: &Array,
@@ -118,6 +123,7 @@ pub fn attention_head(
             ("HKV", shape.kv_heads),
             ("DIMS", shape.rope_dims),
             ("DT", dtype),
+            ("GATED", i32::from(shape.gated)),
         ],
     })?;
     <[Array; 3]>::try_from(outputs).map_err(|_| {

@@ -31,6 +31,7 @@ pub(crate) fn head() -> Result<[CheckResult; 3], Exception> {
             kv_heads,
             head_dim,
             rope_dims,
+            gated: true,
         };
         // f16 on the first shape only: each variant compiles on first use.
         let dtypes: &[Dtype] = if seed == 0 {

@@ -375,6 +375,7 @@ impl Attention {
             kv_heads: self.num_kv_heads,
             head_dim: self.head_dim,
             rope_dims: self.rope.dims as i32,
+            gated: true,
         };
         let norms = [&self.q_norm, &self.k_norm];
         if let Some(params) = &self.head_params {
