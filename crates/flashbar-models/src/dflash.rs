@@ -12,7 +12,7 @@
 //! - Logits of positions 1.. through the target's lm_head.
 
 use crate::checkpoint::Checkpoint;
-use crate::config::ModelConfig;
+use crate::config::{ModelConfig, Scaling};
 use crate::dflash_config::DrafterConfig;
 mod host;
 use crate::error::{ModelError, Result};
@@ -61,6 +61,21 @@ pub(crate) struct DraftAttention {
     /// attention builds a cuDNN plan for every new context length, and each
     /// round's is new (docs/gpu.md).
     row_kernel: bool,
+    /// The head kernel's parameters where it runs the q/k norms, RoPE and
+    /// the heads' layout in one launch ([`HEAD_KERNEL_ENV`]).
+    head_params: Option<Array>,
+}
+
+/// `1` runs a CUDA drafter layer's q/k norms, RoPE and heads' layout in
+/// the attention head kernel (ungated), where MLX's ops take some ten graph
+/// nodes a layer (docs/gpu.md, "The drafter's head in one kernel"). Opt-in
+/// until a GPU run has checked the acceptance with it: the norms' sums go in
+/// another order than MLX's, so a draft may differ in a last bit.
+pub const HEAD_KERNEL_ENV: &str = "FLASHBAR_DRAFT_HEAD_KERNEL";
+
+fn head_kernel() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(HEAD_KERNEL_ENV).as_deref() == Ok("1"))
 }
 
 /// The drafter's context cache: what it has seen of the committed sequence.
@@ -121,6 +136,16 @@ impl Drafter {
                     window: config.window(i).map(|w| w as i32),
                     causal: config.causal(i),
                     row_kernel: row_kernels(),
+                    head_params: match config.rope_scaling {
+                        Scaling::Linear(scale) if row_kernels() && head_kernel() => {
+                            Some(row_invariant::head_params(
+                                config.rope_theta,
+                                scale,
+                                config.rms_norm_eps,
+                            ))
+                        }
+                        _ => None,
+                    },
                 },
                 mlp: Mlp::load_stacking_dense(&mut weights, &format!("{p}.mlp"))?,
                 input_layernorm: weights.take(&format!("{p}.input_layernorm.weight"))?,
@@ -346,6 +371,10 @@ impl DraftAttention {
         // rotated in one call each: row by row the same values as apart,
         // three calls fewer (docs/gpu.md, "The drafter's forward on the GPU").
         debug_assert_eq!(context_start + s, block_start);
+        if let Some(heads) = self.head_in_one_kernel(x, &context, s, context_start)? {
+            let (queries, new_keys, new_values) = heads;
+            return self.attend(queries, new_keys, new_values, l, kv);
+        }
         let (q_x, new_keys, new_values) =
             if self.qkv.is_stacked() && s > 0 && context.dtype() == x.dtype() {
                 let [q, k, v] = three(self.qkv.forward(&concatenate(&[&context, x], 1)?)?)?;
@@ -374,6 +403,69 @@ impl DraftAttention {
         let queries = rms_norm(&heads(&q_x, self.heads, l)?, Some(&self.q_norm), eps)?
             .transpose_axes(&[0, 2, 1, 3])?;
         let queries = rotate(&queries, block_start)?;
+        self.attend(queries, new_keys, new_values, l, kv)
+    }
+
+    /// The block's queries `[B, heads, l, D]` and the new rows' and the
+    /// block's keys and values `[B, kv_heads, s + l, D]` from the head
+    /// kernel, where it runs: the context's and the block's rows through
+    /// the stacked q/k/v product together, then normed, rotated from
+    /// `context_start` and laid out in one launch. None: MLX's ops.
+    fn head_in_one_kernel(
+        &self,
+        x: &Array,
+        context: &Array,
+        s: i32,
+        context_start: i32,
+    ) -> Result<Option<(Array, Array, Array)>> {
+        let Some(params) = &self.head_params else {
+            return Ok(None);
+        };
+        if !self.qkv.is_stacked() || (s > 0 && context.dtype() != x.dtype()) {
+            return Ok(None);
+        }
+        let shape = row_invariant::HeadShape {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            rope_dims: self.head_dim,
+            gated: false,
+        };
+        let rows = if s > 0 {
+            concatenate(&[context, x], 1)?
+        } else {
+            x.clone()
+        };
+        let [q, k, v] = three(self.qkv.forward(&rows)?)?;
+        let norms = [&self.q_norm, &self.k_norm];
+        if !row_invariant::takes_attention_head(&q, &k, &v, norms, shape) {
+            return Ok(None);
+        }
+        let [q, k, v] = row_invariant::attention_head(
+            &q,
+            &k,
+            &v,
+            &self.q_norm,
+            &self.k_norm,
+            params,
+            context_start,
+            shape,
+        )?;
+        Ok(Some((q.index((.., .., s.., ..)), k, v)))
+    }
+
+    /// Attention of the block's `queries` over the cached context and the
+    /// new rows and block (`new_keys`, `new_values`), the cache then keeping
+    /// what the next round can still see; the output projected.
+    fn attend(
+        &self,
+        queries: Array,
+        new_keys: Array,
+        new_values: Array,
+        l: i32,
+        kv: &mut KvCache,
+    ) -> Result<Array> {
+        let b = queries.shape()[0];
         // The cached context, then the new rows and the block.
         let (keys, values) = match (&kv.keys, &kv.values) {
             (Some(k), Some(v)) => (
