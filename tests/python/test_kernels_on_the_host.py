@@ -15,6 +15,9 @@ block of tokens what its one-token calls give, bit for bit (what lossless
 DFlash needs), and four threads a row what one does within rounding. The
 host's rsqrtf and expf are not the GPU's, so these check the kernel's
 logic, not the GPU's bits (bench/h200-steps.sh gdn checks those).
+`kernels/cuda/attn_rows.cu` and `attn_merge.cu` likewise: each query of a
+verified block gets what the one-query call at its position gets, bit for
+bit, and what numpy's softmax attention gives.
 """
 
 import ctypes
@@ -159,7 +162,11 @@ static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+struct uint4 { unsigned int x, y, z, w; };
 struct __nv_bfloat16 { unsigned short v; };
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { return {u}; }
 static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   unsigned int u; std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return {0x7fc0};
@@ -198,8 +205,10 @@ def host_block_kernel(body, params, template, blocks, threads):
         pytest.skip("no C++ compiler")
     constants = "".join(f"constexpr int {k} = {v};\n" for k, v in template)
     names = ", ".join(p.rsplit(" ", 1)[1].lstrip("*") for p in params)
+    runtime_blocks = blocks == "grid"  # then `run` takes the block count last
+    extra = ", unsigned int grid" if runtime_blocks else ""
     source = (HOST_CUDA_THREADS + "static void thread_body(" + ", ".join(params) + ") {\n" + constants + body
-              + "\n}\nextern \"C\" void run(" + ", ".join(params) + ") {\n"
+              + "\n}\nextern \"C\" void run(" + ", ".join(params) + extra + ") {\n"
               + f"  blockDim = Dim3{{{threads}, 1, 1}};\n"
               + f"  std::barrier<> block({threads});\n  block_barrier = &block;\n"
               + f"  std::vector<std::barrier<>*> warps;\n"
@@ -369,3 +378,66 @@ def test_the_head_kernel_without_a_gate_reads_the_same_queries(dims):
     assert np.allclose(from_bf16(plain[0]), want_q, atol=2e-2, rtol=1e-2)
     assert np.allclose(from_bf16(plain[1]), want_k, atol=2e-2, rtol=1e-2)
     assert np.array_equal(plain[2], v.reshape(1, H_T, H_HKV, H_D).transpose(0, 2, 1, 3))
+
+
+# Attention for a few queries (attn_rows.cu, then attn_merge.cu), f32, causal.
+A_HQ, A_GROUP, A_D = 4, 2, 64
+A_CHUNK = 128
+
+
+def run_attention(q, k, v, scale):
+    """The two kernels on the host over q [1, HQ, T, D] and the whole cache
+    k, v [1, HKV, L, D] (the T new positions last): out [1, T, HQ * D]."""
+    t, length = q.shape[2], k.shape[2]
+    nch = (length + A_CHUNK - 1) // A_CHUNK
+    if "rows" not in _attention:
+        _attention["rows"] = host_block_kernel(
+            (KERNELS / "attn_rows.cu").read_text(),
+            ["const float* q", "const int* q_shape", "const float* k", "const int* k_shape", "const float* v",
+             "const float* scale", "float* part", "float* stats"],
+            [("D", A_D), ("GROUP", A_GROUP), ("DT", 0), ("CAUSAL", 1)], "grid", 256)
+        _attention["merge"] = host_block_kernel(
+            (KERNELS / "attn_merge.cu").read_text(),
+            ["const float* part", "const int* part_shape", "const float* stats", "float* out",
+             "const float* gate"],
+            [("D", A_D), ("DT", 0), ("GATE", 0)], "grid", A_D)
+    part = np.zeros((1, A_HQ, t, nch, A_D), np.float32)
+    stats = np.zeros((1, A_HQ, t, nch, 2), np.float32)
+    out = np.zeros((1, t, A_HQ * A_D), np.float32)
+    pointer = lambda a: np.ascontiguousarray(a).ctypes.data_as(ctypes.c_void_p)
+    q, k, v = (np.ascontiguousarray(a) for a in (q, k, v))
+    blocks = (A_HQ // A_GROUP) * nch * t
+    _attention["rows"](pointer(q), pointer(np.array(q.shape, np.int32)), pointer(k),
+                       pointer(np.array(k.shape, np.int32)), pointer(v), pointer(np.array([scale], np.float32)),
+                       pointer(part), pointer(stats), blocks)
+    _attention["merge"](pointer(part), pointer(np.array(part.shape, np.int32)), pointer(stats), pointer(out),
+                        pointer(part), A_HQ * t)
+    return out
+
+
+_attention = {}
+
+
+def test_attention_rows_do_not_depend_on_how_many_queries_come():
+    # A verified block of 5 queries at the end of a 300-key cache (three
+    # chunks): each query's output equals the one-query call at its
+    # position (the cache as a decode step there sees it), bit for bit;
+    # and it is the softmax attention numpy computes.
+    rng = np.random.default_rng(2)
+    t, length, scale = 5, 300, A_D ** -0.5
+    q = rng.standard_normal((1, A_HQ, t, A_D)).astype(np.float32)
+    k = rng.standard_normal((1, A_HQ // A_GROUP, length, A_D)).astype(np.float32)
+    v = rng.standard_normal((1, A_HQ // A_GROUP, length, A_D)).astype(np.float32)
+    block = run_attention(q, k, v, scale)
+    for i in range(t):
+        seen = length - t + i + 1
+        alone = run_attention(q[:, :, i:i + 1], k[:, :, :seen], v[:, :, :seen], scale)
+        assert np.array_equal(block[:, i], alone[:, 0]), i
+    kk = np.repeat(k, A_GROUP, axis=1).astype(np.float64)
+    vv = np.repeat(v, A_GROUP, axis=1).astype(np.float64)
+    scores = np.einsum("bhtd,bhld->bhtl", q.astype(np.float64), kk) * scale
+    positions = length - t + np.arange(t)
+    scores[:, :, np.arange(length)[None, :] > positions[:, None]] = -np.inf
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    want = np.einsum("bhtl,bhld->bthd", p / p.sum(-1, keepdims=True), vv).reshape(1, t, -1)
+    assert np.allclose(block, want, atol=1e-5)
