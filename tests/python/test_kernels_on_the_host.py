@@ -17,7 +17,8 @@ host's rsqrtf and expf are not the GPU's, so these check the kernel's
 logic, not the GPU's bits (bench/h200-steps.sh gdn checks those).
 `kernels/cuda/attn_rows.cu` and `attn_merge.cu` likewise: each query of a
 verified block gets what the one-query call at its position gets, bit for
-bit, and what numpy's softmax attention gives.
+bit, and what numpy's softmax attention gives. `kernels/cuda/conv_rows.cu`:
+its stated sum, bit for bit, for a block and for each position alone.
 """
 
 import ctypes
@@ -40,6 +41,21 @@ KERNELS = ROOT / "kernels/cuda"
 HOST_CUDA = """
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
+struct __nv_bfloat16 { unsigned short v; };
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  unsigned int u; std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {0x7fc0};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return {(unsigned short)(u >> 16)};
+}
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.v; }
+struct __half { _Float16 v; };
+static inline __half __float2half_rn(float f) { return {(_Float16)f}; }
+static inline float __half2float(__half h) { return (float)h.v; }
+static inline unsigned short __half_as_ushort(__half h) { unsigned short u; std::memcpy(&u, &h.v, 2); return u; }
+static inline __half __ushort_as_half(unsigned short u) { __half h; std::memcpy(&h.v, &u, 2); return h; }
 struct Dim3 { unsigned int x, y, z; };
 static Dim3 blockIdx, blockDim, threadIdx;
 struct float4 { float x, y, z, w; };
@@ -57,8 +73,9 @@ def host_kernel(body, params, template, grid, group):
         pytest.skip("no C++ compiler")
     constants = "".join(f"constexpr int {k} = {v};\n" for k, v in template)
     names = ", ".join(p.rsplit(" ", 1)[1].lstrip("*") for p in params)
+    extra = ", unsigned int grid" if grid == "grid" else ""  # then `run` takes the block count last
     source = (HOST_CUDA + "static void thread_body(" + ", ".join(params) + ") {\n" + constants + body
-              + "\n}\nextern \"C\" void run(" + ", ".join(params) + ") {\n"
+              + "\n}\nextern \"C\" void run(" + ", ".join(params) + extra + ") {\n"
               + f"  blockDim = Dim3{{{group}, 1, 1}};\n"
               + f"  for (unsigned int b = 0; b < {grid}; ++b) for (unsigned int t = 0; t < {group}; ++t) {{\n"
               + "    blockIdx = Dim3{b, 0, 0}; threadIdx = Dim3{t, 0, 0};\n"
@@ -446,3 +463,40 @@ def test_attention_rows_do_not_depend_on_how_many_queries_come():
     p = np.exp(scores - scores.max(-1, keepdims=True))
     want = np.einsum("bhtl,bhld->bthd", p / p.sum(-1, keepdims=True), vv).reshape(1, t, -1)
     assert np.allclose(block, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("dt", [0, 1])
+def test_the_conv_kernel_is_its_stated_sum_whatever_t(dt):
+    # conv_rows.cu: each output the sum over j ascending of x[t + j] * w[j],
+    # each product and sum rounded once in f32, then to the output type;
+    # numpy's float32 in the same order gives the same bits, for a block of
+    # 7 new positions and for each position alone.
+    k, c = 4, 40
+    rng = np.random.default_rng(9 + dt)
+    x = rng.standard_normal((2, 7 + k - 1, c)).astype(np.float32)
+    w = rng.standard_normal((c, k, 1)).astype(np.float32)
+    store, back = (lambda a: a, lambda a: a) if dt == 0 else (to_bf16, from_bf16)
+    x, w = back(store(x)), back(store(w))  # values the type can hold
+    kind = "float" if dt == 0 else "unsigned short"
+    run = host_kernel((KERNELS / "conv_rows.cu").read_text(),
+                      [f"const {kind}* x", "const int* x_shape", f"const {kind}* w", f"{kind}* y"],
+                      [("K", k), ("DT", dt)], grid="grid", group=32)
+
+    def conv(xs):
+        t = xs.shape[1] - k + 1
+        y = np.zeros((xs.shape[0], t, c), np.float32 if dt == 0 else np.uint16)
+        threads = xs.shape[0] * t * c
+        args = [np.ascontiguousarray(store(xs)), np.array(xs.shape, np.int32),
+                np.ascontiguousarray(store(w)), y]
+        run(*[a.ctypes.data_as(ctypes.c_void_p) for a in args], (threads + 31) // 32)
+        return back(y)
+
+    want = np.zeros((2, 7, c), np.float32)
+    for j in range(k):
+        want = want + x[:, j:j + 7] * w[None, None, :, j, 0]
+    want = back(store(want))
+    block = conv(x)
+    assert np.array_equal(block.view(np.uint32), want.view(np.uint32))
+    for t in range(7):
+        alone = conv(x[:, t:t + k])
+        assert np.array_equal(alone[:, 0].view(np.uint32), block[:, t].view(np.uint32)), t
