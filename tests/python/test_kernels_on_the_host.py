@@ -38,11 +38,28 @@ if sys.platform != "linux":
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "kernels/cuda"
 
-HOST_CUDA = """
+# The CUDA names the bodies use besides the threads': types and the
+# rounding intrinsics (each op rounds once: compiled with no FMA contraction).
+CUDA_NAMES = """
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+using std::min;
+using std::max;
+struct Dim3 { unsigned int x, y, z; };
+struct float4 { float x, y, z, w; };
+struct uint4 { unsigned int x, y, z, w; };
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); return f; }
 struct __nv_bfloat16 { unsigned short v; };
 static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   unsigned int u; std::memcpy(&u, &f, 4);
@@ -50,18 +67,19 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return {(unsigned short)(u >> 16)};
 }
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { return {u}; }
+static inline float __bfloat162float(__nv_bfloat16 b) { return __uint_as_float((unsigned int)b.v << 16); }
 static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.v; }
 struct __half { _Float16 v; };
 static inline __half __float2half_rn(float f) { return {(_Float16)f}; }
 static inline float __half2float(__half h) { return (float)h.v; }
 static inline unsigned short __half_as_ushort(__half h) { unsigned short u; std::memcpy(&u, &h.v, 2); return u; }
 static inline __half __ushort_as_half(unsigned short u) { __half h; std::memcpy(&h.v, &u, 2); return h; }
-struct Dim3 { unsigned int x, y, z; };
+"""
+
+# Threads that do not cooperate: one after another.
+HOST_CUDA = CUDA_NAMES + """
 static Dim3 blockIdx, blockDim, threadIdx;
-struct float4 { float x, y, z, w; };
-static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __fadd_rn(float a, float b) { return a + b; }
 """
 
 
@@ -164,44 +182,12 @@ def test_a_replay_that_skips_the_decay_is_caught():
 # __shared__ arrays are the body's static locals, __syncthreads a barrier of
 # the block, a shuffle an exchange through a warp's buffer between two
 # barriers of the warp. Blocks run one after another.
-HOST_CUDA_THREADS = """
+HOST_CUDA_THREADS = CUDA_NAMES + """
 #include <barrier>
-#include <cmath>
-#include <cstring>
 #include <thread>
 #include <vector>
-#include <algorithm>
-using std::min;
-using std::max;
-struct Dim3 { unsigned int x, y, z; };
 static Dim3 blockIdx, blockDim;
 static thread_local Dim3 threadIdx;
-struct float4 { float x, y, z, w; };
-static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __fadd_rn(float a, float b) { return a + b; }
-static inline float __fsub_rn(float a, float b) { return a - b; }
-static inline float __fdiv_rn(float a, float b) { return a / b; }
-static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
-static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
-static inline float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); return f; }
-static inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
-struct uint4 { unsigned int x, y, z, w; };
-struct __nv_bfloat16 { unsigned short v; };
-static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { return {u}; }
-static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
-  unsigned int u; std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return {0x7fc0};
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return {(unsigned short)(u >> 16)};
-}
-static inline float __bfloat162float(__nv_bfloat16 b) { return __uint_as_float((unsigned int)b.v << 16); }
-static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.v; }
-struct __half { _Float16 v; };
-static inline __half __float2half_rn(float f) { return {(_Float16)f}; }
-static inline float __half2float(__half h) { return (float)h.v; }
-static inline unsigned short __half_as_ushort(__half h) { unsigned short u; std::memcpy(&u, &h.v, 2); return u; }
-static inline __half __ushort_as_half(unsigned short u) { __half h; std::memcpy(&h.v, &u, 2); return h; }
 static std::barrier<>* block_barrier;
 static std::vector<std::barrier<>*> warp_barriers;
 static float warp_buffer[32][32];
