@@ -38,7 +38,11 @@ START = time.perf_counter()
 # Eight tiles are not in the engine's rule (row_invariant::qmm_launch): tried
 # here for the M = 16 products, where four tiles read twice as many bytes of
 # x as of weights (docs/gpu.md, "Weight loads ahead of the products").
-LAUNCHES = [(nt, w) for nt in (1, 2, 4, 8) for w in (1, 2, 4, 8, 16) if w <= (16 if nt == 1 else 8)]
+# Blocks of at most 8 warps: the body now needs more than 128 registers a
+# thread at some template values, so a 16-warp block (512 threads) fails to
+# launch ("too many resources requested", an H100, 2026-12-07); the engine's
+# rule never asks for more than 8.
+LAUNCHES = [(nt, w) for nt in (1, 2, 4, 8) for w in (1, 2, 4, 8)]
 
 
 def max_warps(nt: int, mt: int) -> int:
@@ -176,7 +180,7 @@ def main():
         worst_rel = 0.0
         for nt, warps in launches:
             # M = 17..32 (a second row tile, another compiled variant) on one launch per NT.
-            ms = (2, 16, 17, 32) if warps in (4, 16 if nt == 1 else 8) and warps <= max_warps(nt, 2) else (2, 16)
+            ms = (2, 16, 17, 32) if warps in (4, 8) and warps <= max_warps(nt, 2) else (2, 16)
             bad, singles = rows_differ(lambda xx: qmm(new, "tune_qmm", xx, *copies[0], bits, nt, warps), x, ms)
             if bad:
                 exact[f"nt{nt}_w{warps}"] = bad

@@ -117,17 +117,18 @@ impl LayerParams {
     }
 }
 
-/// `4` runs a state row over four threads where the shape allows (docs/gpu.md,
-/// "A state row over four threads"); unset or `1`, a thread a row. Opt-in
-/// until a GPU run has timed it: its dot products sum in another order
-/// (the same for every T, so a verify still equals its decode steps).
+/// A state row runs over four threads where the shape allows (docs/gpu.md,
+/// "A state row over four threads"); `1` asks for a thread a row. The
+/// default since an H100 timed both (2026-12-07): its dot products sum in
+/// another order than a thread a row's, the same for every T, so a verify
+/// still equals its decode steps.
 pub const SPLIT_ENV: &str = "FLASHBAR_GDN_SPLIT";
 
 fn split_asked() -> i32 {
     static SPLIT: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
     *SPLIT.get_or_init(|| match std::env::var(SPLIT_ENV).as_deref() {
-        Ok("4") => 4,
-        _ => 1,
+        Ok("1") => 1,
+        _ => 4,
     })
 }
 
