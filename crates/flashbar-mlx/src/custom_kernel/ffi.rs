@@ -175,20 +175,33 @@ kernel_api!(
 pub(crate) struct Kernel<A: KernelApi>(pub(crate) A::Kernel);
 
 impl<A: KernelApi> Kernel<A> {
-    /// Registers `body` under its name plus a hash of its source.
+    /// Registers `body` under its name plus a hash of its source, and with
+    /// `constants` (template values written into the source, `baked`)
+    /// under a name of that variant's own, those values as the source's
+    /// first lines.
     pub(crate) fn new(
         body: &Body,
         input_names: &[&str],
         output_names: &[&str],
+        constants: &[(&str, i32)],
     ) -> Result<Self, Exception> {
         let name = body.name;
-        let full_name = c_string(&body.full_name())?;
+        let full_name = match constants {
+            [] => body.full_name(),
+            _ => format!(
+                "{}_t{:016x}",
+                body.full_name(),
+                super::baked::hash(constants)
+            ),
+        };
+        let full_name = c_string(&full_name)?;
         // The body as MLX gets it: one line that includes its file, where
         // the file can be written (`include`), else the body itself.
         #[cfg(target_os = "linux")]
-        let source = c_string(&super::include::mlx_source(body, input_names))?;
+        let body_source = super::include::mlx_source(body, input_names);
         #[cfg(not(target_os = "linux"))]
-        let source = body.compact_source().to_owned();
+        let body_source = body.compact_source().to_string_lossy().into_owned();
+        let source = c_string(&(super::baked::constants(constants) + &body_source))?;
         let header = c_string("")?;
         let input_names = StringVector::new(input_names)?;
         let output_names = StringVector::new(output_names)?;

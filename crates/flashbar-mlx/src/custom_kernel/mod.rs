@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::ffi::{c_int, CStr, CString};
 use std::sync::OnceLock;
 
+pub mod baked;
 #[cfg(target_os = "linux")]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod disk;
@@ -136,16 +137,19 @@ pub(crate) fn launch(spec: &Launch) -> Result<Vec<Array>, Exception> {
     if precompiled::enabled() {
         return precompiled::launch(spec, &stream);
     }
-    // One kernel object per body and argument names, made on first use:
+    // One kernel object per body and argument names (and template values,
+    // where they are written into the source: `baked`), made on first use:
     // making one scans the whole source for each argument's name. Keyed by
-    // a hash of the names, so that a call allocates nothing to find it.
+    // hashes, so that a call allocates nothing to find it.
     thread_local! {
-        static KERNELS: RefCell<HashMap<(usize, u64), Kernel<Active>>> =
+        static KERNELS: RefCell<HashMap<(usize, u64, u64), Kernel<Active>>> =
             RefCell::new(HashMap::new());
     }
+    let baked = baked::enabled() && !spec.template.is_empty();
     let key = (
         spec.body as *const Body as usize,
         names_hash(spec.input_names, spec.output_names),
+        if baked { baked::hash(spec.template) } else { 0 },
     );
     KERNELS.with(|kernels| {
         let mut kernels = kernels.borrow_mut();
@@ -155,9 +159,21 @@ pub(crate) fn launch(spec: &Launch) -> Result<Vec<Array>, Exception> {
                 spec.body,
                 spec.input_names,
                 spec.output_names,
+                if baked { spec.template } else { &[] },
             )?),
         };
-        launch_with(kernel, spec, &stream)
+        if baked {
+            launch_with(
+                kernel,
+                &Launch {
+                    template: &[],
+                    ..*spec
+                },
+                &stream,
+            )
+        } else {
+            launch_with(kernel, spec, &stream)
+        }
     })
 }
 
@@ -187,7 +203,7 @@ pub(crate) fn launch_on<A: KernelApi>(
     spec: &Launch,
     stream: &Stream,
 ) -> Result<Vec<Array>, Exception> {
-    let kernel = Kernel::<A>::new(spec.body, spec.input_names, spec.output_names)?;
+    let kernel = Kernel::<A>::new(spec.body, spec.input_names, spec.output_names, &[])?;
     launch_with(&kernel, spec, stream)
 }
 

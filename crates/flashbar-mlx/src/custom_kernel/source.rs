@@ -469,6 +469,29 @@ mod tests {
                     Err(log) => log.clone(),
                 }
             );
+            // And with the template values written into the source before
+            // the include line (custom_kernel::baked), none passed: the same
+            // PTX.
+            let baked_line = super::super::baked::constants(&template) + by_include.body.source;
+            let by_baked = Launch {
+                body: Box::leak(Box::new(Body::new(
+                    "k",
+                    Box::leak(baked_line.into_boxed_str()),
+                ))),
+                template: &[],
+                ..spec
+            };
+            let (wrapped, shaped_baked) = source(&by_baked, &name).unwrap();
+            assert_eq!(shaped, shaped_baked, "{file} {template:?}");
+            let same = nvrtc.compile(&wrapped, &name, "compute_90", &includes);
+            assert!(
+                same.as_deref() == Ok(&ptx[..]),
+                "{file} {template:?}: template values in the source {}",
+                match &same {
+                    Ok(_) => "other PTX".to_owned(),
+                    Err(log) => log.clone(),
+                }
+            );
         }
         assert!(failures.is_empty(), "{failures:#?}");
     }

@@ -100,7 +100,7 @@ fn a_cpu_libmlx_refuses_cuda_kernels_without_aborting() {
     // Any mlx-rs op installs mlx-rs' error handler (mlx-c's own exits).
     zeros(&[1]);
     let body = crate::custom_kernel::Body::new("gdn_record", BODIES[0].1);
-    let kernel = crate::custom_kernel::Kernel::<Cuda>::new(&body, &["q"], &["y"]);
+    let kernel = crate::custom_kernel::Kernel::<Cuda>::new(&body, &["q"], &["y"], &[]);
     let error = kernel.err().expect("a CPU libmlx has no CUDA kernels");
     assert!(
         error.what().contains("could not create"),
