@@ -18,7 +18,7 @@
 # repeat9 (the 9B's 8,192-token prefill repeated with each default turned off in turn),
 # prefillfix (the prefill's products in our kernel and in MLX's: repeated, timed; smoke),
 # round8k (the 9B's DFlash round at 8,192 tokens, three times, and once with $ALSO),
-# hostab (the 35B-A3B's host part, ours and $ALSO in turn), smoke-also (smoke with $ALSO), hostcost (one call's host cost by kind: bench/host_cost.py),
+# hostab (the 35B-A3B's host part, ours and $ALSO in turn), hostab9 (the same for the 9B), smoke-also (smoke with $ALSO), hostcost (one call's host cost by kind: bench/host_cost.py),
 # gdnprof (the gated-delta layer kernel under Nsight Compute at T = 1 and 16),
 # tune (bench/qmm_tune.py --dependent at the 9B's decode shapes, the stacked maps' included),
 # save (kernel caches).
@@ -181,6 +181,20 @@ import vs_mlx_lm as v; v.write_checkpoint(Path('$nine'), v.SHAPES['qwen3.5-9b'])
           echo "== $setting ($i)" | tee -a "$OUT/hostab.txt"
           env $setting timeout 120 "$bin" bench --model target/bench/qwen3.6-35b-a3b-4bit --verify-cost \
             --block 16 --context-tokens 1024 --repeats 10 2>&1 | tail -6 | tee -a "$OUT/hostab.txt"
+        done
+      done
+      ;;
+    hostab9)
+      # the 9B's decode step and verify, host part beside the whole, ours and $ALSO in
+      # turn, twice (as hostab; the 9B's checkpoint is written in seconds)
+      python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path
+import vs_mlx_lm as v; p = Path('$nine')
+p.exists() or v.write_checkpoint(p, v.SHAPES['qwen3.5-9b'])"
+      for i in 1 2; do
+        for setting in NONE=1 "${also//,/ }"; do
+          echo "== $setting ($i)" | tee -a "$OUT/hostab9.txt"
+          env $setting timeout 100 "$bin" bench --model "$nine" --verify-cost \
+            --block 16 --context-tokens 1024 --repeats 10 2>&1 | tail -6 | tee -a "$OUT/hostab9.txt"
         done
       done
       ;;
