@@ -7,7 +7,7 @@ use crate::choose::{choose_all, choose_last, host_u32, Pending};
 use crate::emit::Emitter;
 use crate::error::Result;
 use crate::policy::block_size::BlockSizePolicy;
-use crate::policy::gate::{Gate, Plan};
+use crate::policy::gate::{Gate, GateState, Plan};
 use crate::policy::thermal::ThermalSource;
 use crate::proposer::Proposer;
 use crate::reasoning::ReasoningSplitter;
@@ -275,6 +275,7 @@ impl Decoding<'_, '_> {
         let position = |run: &Run| run.prompt_len + run.generated;
         let last = Array::from_slice(&[run.last], &[1, 1]);
         let mut pending = self.step(run, &last, sampling, position(run))?;
+        let calibrating = self.gate().map(|g| g.state()) == Some(GateState::Calibrating);
         for i in 0..steps {
             let more = i + 1 < steps && run.generated + 1 < run.max_tokens;
             let queued = match (&pending, more) {
@@ -284,19 +285,18 @@ impl Decoding<'_, '_> {
                 }
                 _ => None,
             };
+            let host = matches!(pending, Pending::Host(_));
             let token = pending.resolve()?;
-            // A step read back with none queued behind it, after one that
-            // was (the last of a batch), waited only for work queued in the
-            // interval before: ~0.05 ms on the H200 against ~2 ms steps. The
-            // gate must not learn it (one such step a request pulled its
-            // step time 30% low, so each next answer's probe looked 30% worse).
-            // A token chosen on the host (sampling, or greedy over the host
-            // kernels' logits) was computed whole before it was read: every
-            // such step is timed whole, and the gate learns each (its probe
-            // credit comes from them).
-            let representative = i == 0 || queued.is_some() || matches!(pending, Pending::Host(_));
+            let representative = Gate::learns_plain_step(i, queued.is_some(), host);
             self.commit_plain(run, token, None, representative, sink)?;
             if run.finish.is_some() || run.generated >= run.max_tokens {
+                break;
+            }
+            // Calibration asks for two steps more than it needs (a device
+            // batch's first and last are not learned); where it is done and
+            // nothing is queued, the rest of the batch is the gate's again.
+            let calibrated = self.gate().map(|g| g.state()) != Some(GateState::Calibrating);
+            if calibrating && calibrated && queued.is_none() {
                 break;
             }
             pending = match queued {

@@ -363,6 +363,22 @@ impl Gate {
         self.calibrations.get(&self.thermal).and_then(|c| c.ar_ms)
     }
 
+    /// Whether the plain step `index` of a batch is what plain decoding
+    /// costs a token, so the gate may learn its time (timed from the commit
+    /// before it). A token chosen on the host was computed whole before it
+    /// was read: every such step is. A device step is where the next one
+    /// was queued behind it and it was itself queued behind the one before
+    /// (not the batch's first): the first waits for its whole launch
+    /// (1.0-1.1 ms against 0.47 queued on a fast H100 host, 2026-12-07;
+    /// learned, they made DFlash look twice as good as it was on prose,
+    /// docs/dflash.md, "A plain step as plain decoding runs it"), and the
+    /// last, read back with nothing queued behind it, waited only for work
+    /// queued in the interval before (~0.05 ms against ~2 ms steps on an
+    /// H200; learned, one such step a request pulled the step time 30% low).
+    pub fn learns_plain_step(index: usize, next_queued: bool, chosen_on_host: bool) -> bool {
+        chosen_on_host || (index > 0 && next_queued)
+    }
+
     pub fn plan(&self) -> Plan {
         match self.state {
             GateState::Calibrating => {
@@ -370,7 +386,9 @@ impl Gate {
                     .calibrations
                     .get(&self.thermal)
                     .map_or(0, |c| c.steps_seen);
-                Plan::Plain(self.config.calibration_steps.saturating_sub(seen).max(1))
+                // Two more than it still needs: a device batch's first and
+                // last steps are not learned (`learns_plain_step`).
+                Plan::Plain(self.config.calibration_steps.saturating_sub(seen) + 2)
             }
             GateState::Floored if self.shadow_due => Plan::Shadow,
             GateState::Floored => Plan::Plain(self.floored_left.max(1)),

@@ -620,3 +620,62 @@ fn a_shadow_whose_draft_stalled_once_does_not_hold_the_next_answers_plain() {
     let trace = drive(&mut g, &winning, 8);
     assert!(trace.starts_with('s') && trace.ends_with("ddd"), "{trace}");
 }
+
+#[test]
+fn a_plain_step_is_learned_only_where_it_ran_as_plain_decoding_runs_it() {
+    // (index in the batch, next step queued behind it, token chosen on the host)
+    assert!(
+        !Gate::learns_plain_step(0, true, false),
+        "a batch's first step: its whole launch"
+    );
+    assert!(Gate::learns_plain_step(1, true, false));
+    assert!(Gate::learns_plain_step(7, true, false));
+    assert!(
+        !Gate::learns_plain_step(7, false, false),
+        "the last: nothing queued behind"
+    );
+    assert!(!Gate::learns_plain_step(0, false, false), "a batch of one");
+    for (index, queued) in [(0, false), (0, true), (3, false)] {
+        assert!(
+            Gate::learns_plain_step(index, queued, true),
+            "host steps are timed whole"
+        );
+    }
+}
+
+/// Plain batches as `decoding::plain_steps` runs them on a GPU: the first
+/// step of a batch waits for its whole launch (`first_ms`), the others
+/// are queued behind it (`queued_ms`), and the gate learns a step only
+/// where [`Gate::learns_plain_step`] says so.
+fn run_device_batch(gate: &mut Gate, n: usize, first_ms: f64, queued_ms: f64) {
+    for i in 0..n {
+        let ms = if i == 0 { first_ms } else { queued_ms };
+        if Gate::learns_plain_step(i, i + 1 < n, false) {
+            gate.observe_ar(ms);
+        }
+    }
+}
+
+#[test]
+fn on_a_gpu_the_gate_learns_the_queued_step_time_and_still_calibrates() {
+    // A fast H100 host (2026-12-07): a batch's first step 1.05 ms, queued
+    // steps 0.47. Learned with the first steps, the plain step read 1.1 ms
+    // and prose rounds committing 1-2 tokens in 1.3-1.5 ms looked like
+    // 0.8-1.7x wins while plain decoding ran them at 0.57x.
+    let mut g = gate();
+    let mut batches = 0;
+    while let Plan::Plain(n) = g.plan() {
+        run_device_batch(&mut g, n, 1.05, 0.47);
+        batches += 1;
+        assert!(batches < 4, "calibration never ends: {:?}", g.state());
+    }
+    assert_eq!(g.plan(), Plan::Dflash);
+    assert!(
+        (g.ar_step_ms().unwrap() - 0.47).abs() < 1e-9,
+        "{:?}",
+        g.ar_step_ms()
+    );
+    // A prose round: 1.6 tokens in 1.4 ms is a loss at 0.47 ms a token.
+    let ratio = g.observe_round(2, 1.4).unwrap();
+    assert!(ratio < 0.7, "{ratio}");
+}
