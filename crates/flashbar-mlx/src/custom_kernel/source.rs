@@ -447,8 +447,7 @@ mod tests {
                     same.err()
                 );
             }
-            // The same body by include (custom_kernel::include): the same
-            // arguments, the same PTX.
+            // The same body by include (custom_kernel::include).
             let body_file = bodies.path().join(format!("{name}.cuh"));
             std::fs::write(&body_file, spec.body.source).unwrap();
             let line =
@@ -458,20 +457,23 @@ mod tests {
                 body: Box::leak(Box::new(Body::new("k", Box::leak(line.into_boxed_str())))),
                 ..spec
             };
-            let (wrapped, shaped_by_include) = source(&by_include, &name).unwrap();
-            assert_eq!(shaped, shaped_by_include, "{file} {template:?}");
-            let same = nvrtc.compile(&wrapped, &name, "compute_90", &includes);
-            assert!(
-                same.as_deref() == Ok(&ptx[..]),
-                "{file} {template:?}: by include {}",
-                match &same {
-                    Ok(_) => "other PTX".to_owned(),
-                    Err(log) => log.clone(),
-                }
-            );
+            // The same arguments and the same PTX as the body wrapped alone.
+            let same_as_alone = |launch: &Launch, what: &str| {
+                let (wrapped, shaped_here) = source(launch, &name).unwrap();
+                assert_eq!(shaped, shaped_here, "{file} {template:?}: {what}");
+                let same = nvrtc.compile(&wrapped, &name, "compute_90", &includes);
+                assert!(
+                    same.as_deref() == Ok(&ptx[..]),
+                    "{file} {template:?}: {what} {}",
+                    match &same {
+                        Ok(_) => "other PTX".to_owned(),
+                        Err(log) => log.clone(),
+                    }
+                );
+            };
+            same_as_alone(&by_include, "by include");
             // And with the template values written into the source before
-            // the include line (custom_kernel::baked), none passed: the same
-            // PTX.
+            // the include line (custom_kernel::baked), none passed.
             let baked_line = super::super::baked::constants(&template) + by_include.body.source;
             let by_baked = Launch {
                 body: Box::leak(Box::new(Body::new(
@@ -481,17 +483,7 @@ mod tests {
                 template: &[],
                 ..spec
             };
-            let (wrapped, shaped_baked) = source(&by_baked, &name).unwrap();
-            assert_eq!(shaped, shaped_baked, "{file} {template:?}");
-            let same = nvrtc.compile(&wrapped, &name, "compute_90", &includes);
-            assert!(
-                same.as_deref() == Ok(&ptx[..]),
-                "{file} {template:?}: template values in the source {}",
-                match &same {
-                    Ok(_) => "other PTX".to_owned(),
-                    Err(log) => log.clone(),
-                }
-            );
+            same_as_alone(&by_baked, "template values in the source");
         }
         assert!(failures.is_empty(), "{failures:#?}");
     }
